@@ -13,7 +13,8 @@ class SamplingParams:
 
     temperature: 0 means greedy decoding. Otherwise logits are divided by it.
     top_k: keep the k most likely tokens (0 = off).
-    top_p: nucleus sampling, keep the smallest set of tokens whose probability reaches p (1.0 = off).
+    top_p: nucleus sampling, keep the smallest set of tokens whose probability reaches p
+        (1.0 = off).
     max_new_tokens: hard length limit of a completion, in tokens.
     stop: strings that end a completion; the completion keeps the token that completed the string.
     """
@@ -53,7 +54,9 @@ class RolloutBatch:
         n = len(self.completion_ids)
         for name in ("prompt_ids", "completion_text", "logprobs", "finish_reason", "prompt_index"):
             if len(getattr(self, name)) != n:
-                raise ValueError(f"RolloutBatch.{name} has {len(getattr(self, name))} rows, expected {n}")
+                raise ValueError(
+                    f"RolloutBatch.{name} has {len(getattr(self, name))} rows, expected {n}"
+                )
         if self.group_ids is None:
             self.group_ids = torch.tensor(self.prompt_index, dtype=torch.long)
 

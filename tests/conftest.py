@@ -1,0 +1,108 @@
+"""Shared fixtures: a character-level tokenizer and a tiny random Llama built in memory.
+
+Nothing here touches the network; every model is random and small enough for a shared CPU.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
+CHARACTERS = string.digits + string.ascii_letters + " +-=*.,:?\n"
+THINK_TOKENS = ["<think>", "</think>"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Tiny models gain nothing from intra-op threads, and on a shared 2-core machine thread
+    # contention made each 32-wide matmul ~10x slower.
+    torch.set_num_threads(1)
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per character; `<think>`/`</think>` are added tokens with one id each.
+
+    The Fuse decoder concatenates token strings, so decode(encode(text)) == text exactly.
+    """
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(CHARACTERS))}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    # "[\s\S]" rather than "." so that newlines are split into their own token too.
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+    )
+    tokenizer.add_tokens(THINK_TOKENS)
+    return tokenizer
+
+
+def build_tiny_llama(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
+    """A randomly initialised 2-layer Llama (hidden 32, 2 heads), fp32, in eval mode."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).to(torch.float32)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = None
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def _session_char_tokenizer() -> PreTrainedTokenizerFast:
+    return build_char_tokenizer()
+
+
+@pytest.fixture
+def char_tokenizer(_session_char_tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast:
+    """Character-level PreTrainedTokenizerFast with `<pad>`, `<eos>`, `<think>`, `</think>`."""
+    return _session_char_tokenizer
+
+
+@pytest.fixture
+def tiny_llama(char_tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
+    """A fresh tiny random LlamaForCausalLM (seed 0) matching `char_tokenizer`'s vocab."""
+    return build_tiny_llama(char_tokenizer)
+
+
+@pytest.fixture
+def make_tiny_llama(
+    char_tokenizer: PreTrainedTokenizerFast,
+) -> Callable[[int], LlamaForCausalLM]:
+    """Factory for more tiny Llamas: `make_tiny_llama(seed)`; other seeds give other weights."""
+    return lambda seed=0: build_tiny_llama(char_tokenizer, seed)
+
+
+@pytest.fixture
+def tiny_model_dir(
+    tmp_path: Path, tiny_llama: LlamaForCausalLM, char_tokenizer: PreTrainedTokenizerFast
+) -> Path:
+    """A directory holding `save_pretrained` of `tiny_llama` and `char_tokenizer`.
+
+    Load it back with `AutoModelForCausalLM.from_pretrained(path)` and
+    `AutoTokenizer.from_pretrained(path)`.
+    """
+    path = tmp_path / "tiny_llama"
+    tiny_llama.save_pretrained(path)
+    char_tokenizer.save_pretrained(path)
+    return path
