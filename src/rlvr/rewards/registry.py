@@ -1,0 +1,60 @@
+"""Resolve `reward.verifier` to a function (completion, sample) -> float.
+
+Built-in names map to functions in this package; 'module:function' imports a module and
+'path/to/file.py:function' loads a file, so users plug in their own verifiers without a registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+from rlvr.errors import ConfigError
+from rlvr.rewards.base import Verifier
+
+
+def _builtin() -> dict[str, Verifier]:
+    from rlvr.rewards.code import code_reward
+    from rlvr.rewards.exact import exact_answer_reward
+    from rlvr.rewards.format import format_reward
+    from rlvr.rewards.language import language_reward
+    from rlvr.rewards.math import math_reward
+
+    return {
+        "code": code_reward,
+        "exact_answer": exact_answer_reward,
+        "format": format_reward,
+        "language": language_reward,
+        "math": math_reward,
+    }
+
+
+def get_verifier(spec: str) -> Verifier:
+    builtin = _builtin()
+    if spec in builtin:
+        return builtin[spec]
+    if ":" not in spec:
+        raise ConfigError(
+            f"reward.verifier: unknown verifier '{spec}'; expected one of "
+            f"{', '.join(sorted(builtin))}, 'module:function' or 'file.py:function'"
+        )
+    target, name = spec.rsplit(":", 1)
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise ConfigError(f"reward.verifier: file {path} not found")
+        module_spec = importlib.util.spec_from_file_location(
+            f"rlvr_user_verifier_{path.stem}", path
+        )
+        module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+        module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as e:
+            raise ConfigError(f"reward.verifier: cannot import module '{target}': {e}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ConfigError(f"reward.verifier: '{target}' has no function '{name}'")
+    return fn
