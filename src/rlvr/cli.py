@@ -1,0 +1,162 @@
+"""The `rlvr` command.
+
+    rlvr train [--config FILE.yaml] [key=value ...] [--output-dir DIR]
+    rlvr verify --verifier NAME --input samples.jsonl [--output out.jsonl]
+
+User errors (a config typo, a missing model, a bad value) print one line on stderr and exit 2;
+--debug shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from rlvr import __version__
+from rlvr.errors import UserError
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "samples", "final", "checkpoints")
+
+
+def _config_listing() -> str:
+    from rlvr.config import describe
+
+    lines = ["configuration keys (set in --config YAML or as key=value overrides):"]
+    section = None
+    for key, default, help_text in describe():
+        head = key.split(".", 1)[0]
+        if head != section:
+            section = head
+            lines.append(f"  {head}:")
+        lines.append(f"    {key} = {default!r}\n        {help_text}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlvr",
+        description="Reinforcement learning from verifiable rewards (GRPO family).",
+    )
+    parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    train = sub.add_parser(
+        "train",
+        help="train a policy with GRPO-family RL (no arguments: the embedded default)",
+        description="Train a policy with GRPO-family RL. With no arguments it runs the embedded "
+        "default: a tiny base model learns to reason on multi-digit addition.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_config_listing(),
+    )
+    train.add_argument("--config", metavar="FILE.yaml", help="YAML config (sections as below)")
+    train.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="dotted overrides, e.g. rollout.group_size=8 optimizer.lr=1e-5",
+    )
+    train.add_argument(
+        "--output-dir", metavar="DIR", help="run directory (default: runs/train-YYYYmmdd-HHMMSS)"
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the files of an earlier run in --output-dir",
+    )
+    train.add_argument("--quiet", action="store_true", help="no progress bar and no eval lines")
+    train.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    train.set_defaults(func=cmd_train)
+
+    from rlvr.commands import verify
+
+    verify.add_parser(sub)
+    return parser
+
+
+def check_run_dir(output_dir: str | None, overwrite: bool) -> Path:
+    """The run directory to use; refuses to clobber an earlier run unless `overwrite`."""
+    run_dir = (
+        Path(output_dir) if output_dir else Path("runs") / time.strftime("train-%Y%m%d-%H%M%S")
+    )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"--output-dir {run_dir}: exists and is not a directory")
+    existing = [name for name in RUN_FILES if (run_dir / name).exists()]
+    if existing and not overwrite:
+        raise UserError(
+            f"--output-dir {run_dir}: already holds a run ({', '.join(existing)}); "
+            "choose another directory or pass --overwrite"
+        )
+    return run_dir
+
+
+def create_run_dir(run_dir: Path) -> None:
+    """Create the directory, removing an earlier run's files (only reached with --overwrite)."""
+    for name in RUN_FILES:
+        target = run_dir / name
+        if not target.exists():
+            continue
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rlvr.config import load_config
+    from rlvr.models.loading import resolve_model_path
+    from rlvr.rewards.compose import build_verifier
+
+    cfg = load_config(args.config, args.overrides)
+    # Everything that can be checked without loading weights is checked before the run starts.
+    build_verifier(cfg.reward.verifier)
+    run_dir = check_run_dir(args.output_dir, args.overwrite)
+    resolve_model_path(cfg.model.name_or_path)
+
+    from rlvr.training.grpo import GRPOTrainer
+
+    _quiet_transformers()
+
+    log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    trainer = GRPOTrainer(cfg, run_dir, progress=not args.quiet, log=log)
+    # Created only once the model has loaded: a failed start leaves nothing behind.
+    create_run_dir(run_dir)
+    summary = trainer.train()
+    log(f"run directory: {run_dir}  ({summary['steps']} steps, {summary['wall_seconds']:.0f} s)")
+    return 0
+
+
+def _quiet_transformers() -> None:
+    """Our progress bar and eval lines are the output; transformers' load/save bars are noise."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        from huggingface_hub.utils import logging as hub_logging
+
+        hub_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover - huggingface_hub always comes with transformers
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return args.func(args)
+    except UserError as e:
+        if getattr(args, "debug", False):
+            raise
+        print(f"rlvr: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rlvr: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

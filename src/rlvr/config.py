@@ -1,0 +1,429 @@
+"""The typed configuration tree of a run.
+
+One tree covers model, data, reward, rollout, algorithm, optimizer, training, evaluation, logging
+and checkpointing. It is read from YAML, takes dotted `key=value` overrides from the command line,
+and is validated before any work starts: an unknown key, a wrong type or a value out of range is a
+one-line `ConfigError` that names the key and, where one is close, suggests the valid key.
+
+Every field's metadata carries its help text and its constraints:
+  help     one line shown by `rlvr train --help`
+  choices  allowed values
+  ge/gt/le/lt   numeric bounds
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr.errors import ConfigError
+
+
+def _f(default: Any, help: str, **constraints: Any) -> Any:
+    """A dataclass field with help text and constraints in its metadata."""
+    meta = {"help": help, **constraints}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = _f(
+        "embedded",
+        "HF causal LM: a local directory or a hub id; 'embedded' is the built-in tiny base model",
+    )
+    dtype: str = _f(
+        "auto",
+        "auto = fp32 on CPU, bf16 on CUDA",
+        choices=["auto", "float32", "bfloat16", "float16"],
+    )
+    device: str = _f("auto", "auto = cuda if available, else cpu", choices=["auto", "cpu", "cuda"])
+    chat_template: str = _f(
+        "auto",
+        "auto = apply the tokenizer's chat template when it has one (instruct models)",
+        choices=["auto", "always", "never"],
+    )
+    trust_remote_code: bool = _f(False, "passed to transformers Auto classes")
+    gradient_checkpointing: bool = _f(False, "trade compute for memory in the policy update")
+
+
+@dataclass
+class DataConfig:
+    task: str = _f("addition", "built-in procedural task", choices=["addition"])
+    digits: int = _f(3, "operand digits of the addition task", ge=1, le=12)
+    system_prompt: str | None = _f(None, "system message, used only with a chat template")
+    seed: int = _f(0, "seed of the prompt stream")
+
+
+@dataclass
+class RewardConfig:
+    verifier: str = _f(
+        "exact_answer",
+        "exact_answer, math, code, format, language, 'module:function', 'path/file.py:function', "
+        "or a weighted sum like 'math:1.0,format:0.1'",
+    )
+    workers: int = _f(0, "verifier worker processes (0 = score in the trainer process)", ge=0)
+    timeout_s: float = _f(10.0, "per-sample limit in the worker pool, seconds", gt=0.0)
+    overlong_buffer: int = _f(
+        0, "DAPO overlong shaping: penalty buffer before rollout.max_new_tokens (0 = off)", ge=0
+    )
+    overlong_penalty_factor: float = _f(1.0, "DAPO overlong shaping: maximal penalty", ge=0.0)
+    mask_truncated: bool = _f(False, "drop truncated completions from the loss (DAPO)")
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = _f("hf", "generation engine", choices=["hf"])
+    prompts_per_step: int = _f(16, "prompts drawn per step", ge=1)
+    group_size: int = _f(8, "completions per prompt (G)", ge=1)
+    temperature: float = _f(1.0, "sampling temperature (0 = greedy)", ge=0.0)
+    top_p: float = _f(1.0, "nucleus sampling threshold (1 = off)", gt=0.0, le=1.0)
+    top_k: int = _f(0, "top-k sampling (0 = off)", ge=0)
+    max_new_tokens: int = _f(64, "completion length limit, tokens", ge=1)
+    stop: list[str] = _f([], "extra stop strings (EOS always stops)")
+    max_batch_size: int = _f(256, "rows decoded together", ge=1)
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage: str = _f(
+        "grpo",
+        "advantage estimator",
+        choices=["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"],
+    )
+    std: str = _f(
+        "population",
+        "grpo std: population (1/G) or sample (1/(G-1))",
+        choices=["population", "sample"],
+    )
+    eps: float = _f(1e-6, "added to the std in z-scores", ge=0.0)
+    loss_aggregation: str = _f(
+        "seq_mean_token_mean",
+        "seq_mean_token_mean (GRPO), token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO)",
+        choices=["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"],
+    )
+    ratio_level: str = _f(
+        "token",
+        "importance ratio per token (PPO/GRPO) or per sequence (GSPO)",
+        choices=["token", "sequence"],
+    )
+    clip_ratio_low: float = _f(0.2, "lower clip: ratio >= 1 - clip_ratio_low", ge=0.0, lt=1.0)
+    clip_ratio_high: float = _f(
+        0.2, "upper clip: ratio <= 1 + clip_ratio_high (DAPO: 0.28)", ge=0.0
+    )
+    dual_clip_c: float | None = _f(None, "dual-clip bound c > 1 for negative advantages", gt=1.0)
+    kl_coef: float = _f(
+        0.0, "beta: weight of KL(policy || reference); 0 loads no reference", ge=0.0
+    )
+    kl_estimator: str = _f("k3", "KL estimator", choices=["k1", "k2", "k3"])
+    kl_in_reward: bool = _f(False, "fold the KL penalty into the reward instead of the loss")
+    entropy_coef: float = _f(0.0, "entropy bonus weight (loss - coef * entropy)", ge=0.0)
+    dynamic_sampling: bool = _f(False, "DAPO: drop zero-variance groups and resample to refill")
+    max_sampling_rounds: int = _f(3, "extra generation rounds allowed by dynamic sampling", ge=0)
+
+
+@dataclass
+class OptimizerConfig:
+    lr: float = _f(1e-4, "peak learning rate of AdamW", gt=0.0)
+    weight_decay: float = _f(0.0, "AdamW weight decay", ge=0.0)
+    beta1: float = _f(0.9, "AdamW beta1", ge=0.0, lt=1.0)
+    beta2: float = _f(0.99, "AdamW beta2", ge=0.0, lt=1.0)
+    adam_eps: float = _f(1e-8, "AdamW epsilon", gt=0.0)
+    max_grad_norm: float = _f(1.0, "gradient clipping by global norm (0 = off)", ge=0.0)
+    warmup_steps: int = _f(5, "linear warm-up, optimizer steps", ge=0)
+    schedule: str = _f(
+        "constant", "learning-rate schedule after warm-up", choices=["constant", "linear", "cosine"]
+    )
+    min_lr_ratio: float = _f(0.1, "final lr / peak lr for linear and cosine", ge=0.0, le=1.0)
+
+
+@dataclass
+class TrainingConfig:
+    steps: int = _f(60, "RL steps (one rollout batch each)", ge=0)
+    seed: int = _f(0, "seed of sampling and initialisation")
+    ppo_epochs: int = _f(1, "mu: optimisation passes over each rollout batch", ge=1)
+    mini_batch_size: int = _f(0, "sequences per optimizer step (0 = the whole batch)", ge=0)
+    micro_batch_size: int = _f(64, "sequences per forward/backward (gradient accumulation)", ge=1)
+
+
+@dataclass
+class EvalConfig:
+    size: int = _f(200, "held-out problems", ge=0)
+    every: int = _f(20, "also evaluate every N steps during training (0 = off)", ge=0)
+    before: bool = _f(True, "evaluate the model before training")
+    after: bool = _f(True, "evaluate the model after training")
+    t1_samples: int = _f(4, "samples per problem at temperature 1 for pass1_t1", ge=1)
+    max_new_tokens: int = _f(0, "completion limit in evaluation (0 = rollout.max_new_tokens)", ge=0)
+
+
+@dataclass
+class LoggingConfig:
+    report_to: list[str] = _f(["jsonl"], "metric sinks (jsonl is always written)")
+    progress: bool = _f(True, "progress bar when stderr is a terminal")
+    samples_every: int = _f(10, "write samples/step-N.jsonl every N steps (0 = off)", ge=0)
+
+
+@dataclass
+class CheckpointConfig:
+    save_final: bool = _f(True, "save the final model to RUN_DIR/final")
+    every: int = _f(0, "save RUN_DIR/checkpoints/step-N every N steps (0 = off)", ge=0)
+    keep_last: int = _f(2, "periodic checkpoints kept", ge=1)
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building and validating
+
+
+def all_keys(cls: type = Config, prefix: str = "") -> list[str]:
+    """Every dotted leaf key of the tree, e.g. 'rollout.group_size'."""
+    keys = []
+    for f in dataclasses.fields(cls):
+        sub = _dataclass_type(cls, f)
+        if sub is not None:
+            keys += all_keys(sub, f"{prefix}{f.name}.")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    # `from __future__ import annotations` makes annotations strings; resolve them once.
+    return typing.get_type_hints(cls)
+
+
+def _dataclass_type(cls: type, f: dataclasses.Field) -> type | None:
+    hint = _field_types(cls)[f.name]
+    return hint if dataclasses.is_dataclass(hint) else None
+
+
+def _suggest(key: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    if not close:
+        # Also match on the last component, so 'rollout.groupsize' finds 'rollout.group_size'.
+        tails = {c.rsplit(".", 1)[-1]: c for c in candidates}
+        hit = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(tails), n=1, cutoff=0.75)
+        close = [tails[hit[0]]] if hit else []
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _type_name(hint: Any) -> str:
+    if hint is type(None):
+        return "null"
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(hint)[0])}"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """Check `value` against the type `hint`; ints are accepted where floats are expected."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+    if origin is list:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+        (item,) = typing.get_args(hint)
+        return [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads '3e-4' (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+    else:
+        raise TypeError(f"unsupported config type {hint!r} for {key}")
+    raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+
+
+def _check_constraints(key: str, value: Any, meta: typing.Mapping[str, Any]) -> None:
+    if value is None:
+        return
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        hint = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        extra = f"; did you mean '{hint[0]}'?" if hint else ""
+        raise ConfigError(
+            f"{key}: expected one of {', '.join(map(str, choices))}, got {value!r}{extra}"
+        )
+    for op, test, word in (
+        ("ge", lambda v, b: v >= b, ">="),
+        ("gt", lambda v, b: v > b, ">"),
+        ("le", lambda v, b: v <= b, "<="),
+        ("lt", lambda v, b: v < b, "<"),
+    ):
+        if op in meta and not test(value, meta[op]):
+            raise ConfigError(f"{key}: must be {word} {meta[op]}, got {value!r}")
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in data:
+        if name not in fields:
+            full = f"{prefix}{name}"
+            raise ConfigError(f"unknown config key '{full}'{_suggest(full, all_keys())}")
+    kwargs = {}
+    for name, f in fields.items():
+        key = prefix + name
+        sub = _dataclass_type(cls, f)
+        if sub is not None:
+            kwargs[name] = _build(sub, data.get(name), key + ".")
+        elif name in data:
+            value = _coerce(key, data[name], _field_types(cls)[name])
+            _check_constraints(key, value, f.metadata)
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'rollout.group_size=4' -> ('rollout.group_size', 4); values are parsed as YAML scalars."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}': expected key=value, e.g. rollout.group_size=4")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{key}': '{'.'.join(parts[: i + 1])}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read YAML (optional), apply dotted overrides, validate everything, return the tree."""
+    tree: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p}: not found")
+        try:
+            tree = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"config file {p}{where}: invalid YAML") from None
+        if not isinstance(tree, dict):
+            raise ConfigError(f"config file {p}: expected a mapping of sections at the top level")
+    valid = set(all_keys())
+    for text in overrides or []:
+        key, value = parse_override(text)
+        if key not in valid:
+            raise ConfigError(f"unknown config key '{key}'{_suggest(key, sorted(valid))}")
+        _set_dotted(tree, key, value)
+    cfg = _build(Config, tree, "")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Checks that involve more than one field."""
+    g = cfg.rollout.group_size
+    if cfg.algorithm.advantage in ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline") and g < 2:
+        raise ConfigError(
+            f"rollout.group_size: {cfg.algorithm.advantage} compares completions within a group, "
+            f"so it needs group_size >= 2, got {g}"
+        )
+    batch = cfg.rollout.prompts_per_step * g
+    mb = cfg.training.mini_batch_size
+    if mb and batch % mb:
+        raise ConfigError(
+            f"training.mini_batch_size: must divide prompts_per_step * group_size = {batch}, "
+            f"got {mb}"
+        )
+    if mb and mb % g:
+        raise ConfigError(
+            f"training.mini_batch_size: must be a multiple of rollout.group_size = {g}, got {mb}"
+        )
+    if cfg.reward.overlong_buffer >= cfg.rollout.max_new_tokens:
+        raise ConfigError(
+            f"reward.overlong_buffer: must be < rollout.max_new_tokens = "
+            f"{cfg.rollout.max_new_tokens}, got {cfg.reward.overlong_buffer}"
+        )
+    if cfg.algorithm.kl_in_reward and cfg.algorithm.kl_coef == 0:
+        raise ConfigError("algorithm.kl_in_reward: needs algorithm.kl_coef > 0")
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def dump_yaml(cfg: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, default, help) for every leaf, in declaration order: the `--help` listing."""
+    rows = []
+    instance = cls()
+    for f in dataclasses.fields(cls):
+        sub = _dataclass_type(cls, f)
+        if sub is not None:
+            rows += describe(sub, f"{prefix}{f.name}.")
+        else:
+            rows.append((prefix + f.name, getattr(instance, f.name), f.metadata.get("help", "")))
+    return rows

@@ -1,0 +1,516 @@
+"""The GRPO-family RL loop, top to bottom.
+
+One step:
+  1. draw prompts, sample G completions each                      (rollout engine)
+  2. score every completion with the verifier                      (rewards)
+  3. reference log-probs when beta > 0; old-policy log-probs when more than one optimizer
+     update is made per batch (with one update, the detached current log-probs are exact)
+  4. advantages within each group; zero-variance groups give zero advantage and are counted;
+     DAPO dynamic sampling drops them and samples more prompts instead
+  5. mu passes over mini-batches: clipped policy loss (+ KL, - entropy bonus), AdamW
+  6. metrics, samples for audit, periodic held-out evaluation
+
+The policy used for sampling is the same object the optimizer updates, so no weight sync is
+needed in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.algorithms import (
+    aggregate_loss,
+    get_advantage_estimator,
+    group_stats,
+    kl_in_reward,
+    kl_penalty,
+    masked_mean,
+    policy_loss,
+)
+from rlvr.config import Config, dump_yaml
+from rlvr.data.registry import build_task
+from rlvr.errors import UserError
+from rlvr.models.loading import (
+    encode_prompt,
+    load_model,
+    load_tokenizer,
+    resolve_device,
+    resolve_dtype,
+    uses_chat_template,
+)
+from rlvr.observe.metrics import JsonlWriter, Progress, percentile
+from rlvr.rewards.compose import CompositeVerifier, build_verifier
+from rlvr.rewards.exact import is_reasoning
+from rlvr.rewards.length import overlong_penalties
+from rlvr.rewards.pool import VerifierPool
+from rlvr.rollout import HFEngine, RolloutBatch, SamplingParams
+from rlvr.training.checkpoint import save_model
+from rlvr.training.evaluate import evaluate
+from rlvr.training.logprobs import TokenBatch, completion_logprobs, make_token_batch
+from rlvr.training.optim import build_optimizer, build_scheduler
+
+
+@dataclass
+class ScoredRollouts:
+    """Completions of one step with their samples and rewards (row-aligned)."""
+
+    batch: RolloutBatch
+    samples: list[Mapping[str, Any]]
+    rewards: torch.Tensor  # [N]
+    verifier_failures: int
+    rounds: int = 1
+    groups_kept: int = 0
+
+
+class Scorer:
+    """Applies the verifier to every completion, in this process or in a worker pool.
+
+    A verifier that raises, returns a non-finite value, crashes its worker or times out gives
+    reward 0 and is counted in `verifier_failures`: one bad sample must not kill a long run.
+    User errors (a missing optional dependency, a bad verifier spec) still stop the run.
+    A composite verifier ('math:1.0,format:0.1') also reports each component's reward so it can
+    be logged under its own name (in-process scoring only).
+    """
+
+    def __init__(
+        self, verifier: Callable[[str, Mapping[str, Any]], float], pool: Any = None
+    ) -> None:
+        self.verifier = verifier
+        self.pool = pool
+        self.components: dict[str, list[float]] = {}
+
+    def __call__(
+        self, texts: list[str], samples: list[Mapping[str, Any]]
+    ) -> tuple[list[float], int]:
+        if len(texts) != len(samples):
+            raise ValueError(f"{len(texts)} completions for {len(samples)} samples")
+        if self.pool is not None:
+            rewards, failures, _ = self.pool.score_batch(texts, samples)
+            return list(rewards), failures
+        composite = isinstance(self.verifier, CompositeVerifier)
+        rewards, failures = [], 0
+        for text, sample in zip(texts, samples):
+            try:
+                if composite:
+                    parts = self.verifier.score_components(text, sample)
+                    for name, value in parts.items():
+                        self.components.setdefault(name, []).append(value)
+                    r = sum(w * parts[name] for name, (_, w) in self.verifier.components.items())
+                else:
+                    r = float(self.verifier(text, sample))
+                if not math.isfinite(r):
+                    raise ValueError("non-finite reward")
+            except UserError:
+                raise
+            except Exception:  # noqa: BLE001 - any verifier bug is contained and counted
+                r, failures = 0.0, failures + 1
+            rewards.append(r)
+        return rewards, failures
+
+    def pop_components(self) -> dict[str, list[float]]:
+        out, self.components = self.components, {}
+        return out
+
+
+class GRPOTrainer:
+    """Owns the run's state (model, optimizer, step, RNGs) and composes the parts."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        *,
+        progress: bool = True,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.log = log
+        self.show_progress = progress and cfg.logging.progress
+        torch.manual_seed(cfg.training.seed)
+        self.prompt_rng = random.Random(cfg.data.seed * 1_000_003 + cfg.training.seed)
+        self.sample_gen = torch.Generator().manual_seed(cfg.training.seed)
+        self.shuffle_gen = torch.Generator().manual_seed(cfg.training.seed + 1)
+
+        self.device = resolve_device(cfg.model.device)
+        self.dtype = resolve_dtype(cfg.model.dtype, self.device)
+        self.verifier = build_verifier(cfg.reward.verifier)
+        self.pool = (
+            VerifierPool(cfg.reward.verifier, cfg.reward.workers, cfg.reward.timeout_s)
+            if cfg.reward.workers > 0
+            else None
+        )
+        self.scorer = Scorer(self.verifier, self.pool)
+        self.task = build_task(cfg.data)
+        self.tokenizer = load_tokenizer(cfg.model.name_or_path, cfg.model.trust_remote_code)
+        self.chat = uses_chat_template(self.tokenizer, cfg.model.chat_template)
+        self.model = load_model(cfg.model, self.device, self.dtype, train=True)
+        # beta = 0 loads no reference model at all.
+        self.ref_model = (
+            load_model(cfg.model, self.device, self.dtype, train=False)
+            if cfg.algorithm.kl_coef > 0
+            else None
+        )
+        self.engine = HFEngine(
+            self.model, self.tokenizer, max_batch_size=cfg.rollout.max_batch_size
+        )
+        self.sampling = SamplingParams(
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            top_k=cfg.rollout.top_k,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            stop=tuple(cfg.rollout.stop),
+        )
+        self.estimator = get_advantage_estimator(cfg.algorithm.advantage)
+        batch = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+        self.mini_batch_size = cfg.training.mini_batch_size or batch
+        self.updates_per_step = cfg.training.ppo_epochs * (batch // self.mini_batch_size)
+        self.optimizer = build_optimizer(self.model, cfg.optimizer)
+        self.scheduler = build_scheduler(
+            self.optimizer, max(1, cfg.training.steps * self.updates_per_step), cfg.optimizer
+        )
+        self.pad_id = self.tokenizer.pad_token_id
+        self.heldout = self.task.heldout(cfg.eval.size) if cfg.eval.size else []
+        self.step = 0
+
+    # -- prompts -------------------------------------------------------------------------------
+
+    def encode(self, sample: Mapping[str, Any]) -> list[int]:
+        return encode_prompt(
+            self.tokenizer,
+            sample["prompt"],
+            chat=self.chat,
+            system_prompt=self.cfg.data.system_prompt,
+        )
+
+    # -- step 1-2: rollouts and rewards --------------------------------------------------------
+
+    def collect(self) -> ScoredRollouts:
+        """Sample and score one batch. With dynamic sampling, groups whose rewards are all equal
+        are dropped and further rounds of prompts are sampled (at most max_sampling_rounds) until
+        prompts_per_step informative groups are collected."""
+        cfg = self.cfg
+        want = cfg.rollout.prompts_per_step
+        g = cfg.rollout.group_size
+        rounds: list[tuple[RolloutBatch, list, list[float]]] = []
+        kept: list[tuple[int, int]] = []  # (round, group within round)
+        failures = 0
+        max_rounds = 1 + (
+            cfg.algorithm.max_sampling_rounds if cfg.algorithm.dynamic_sampling else 0
+        )
+        while len(rounds) < max_rounds and len(kept) < want:
+            samples = [self.task.sample_train(self.prompt_rng) for _ in range(want)]
+            batch = self.engine.generate(
+                [self.encode(s) for s in samples], g, self.sampling, generator=self.sample_gen
+            )
+            rewards, f = self.scorer(
+                batch.completion_text, [samples[i] for i in batch.prompt_index]
+            )
+            failures += f
+            if cfg.reward.overlong_buffer:
+                penalties = overlong_penalties(
+                    batch.completion_lengths,
+                    cfg.rollout.max_new_tokens,
+                    cfg.reward.overlong_buffer,
+                    cfg.reward.overlong_penalty_factor,
+                )
+                rewards = [r + p for r, p in zip(rewards, penalties)]
+            rounds.append((batch, samples, rewards))
+            for j in range(want):
+                group = rewards[j * g : (j + 1) * g]
+                if cfg.algorithm.dynamic_sampling and max(group) == min(group):
+                    continue
+                kept.append((len(rounds) - 1, j))
+        kept = kept[:want]
+        groups_kept = len(kept)
+        if not kept:  # nothing informative in any round: train on the last round as it is
+            kept = [(len(rounds) - 1, j) for j in range(want)]
+        rows = [(r, j * g + k) for r, j in kept for k in range(g)]
+        merged = RolloutBatch(
+            prompt_ids=[rounds[r][0].prompt_ids[i] for r, i in rows],
+            completion_ids=[rounds[r][0].completion_ids[i] for r, i in rows],
+            completion_text=[rounds[r][0].completion_text[i] for r, i in rows],
+            logprobs=[rounds[r][0].logprobs[i] for r, i in rows],
+            finish_reason=[rounds[r][0].finish_reason[i] for r, i in rows],
+            prompt_index=[gi for gi in range(len(kept)) for _ in range(g)],
+        )
+        row_samples = [rounds[r][1][i // g] for r, i in rows]
+        rewards_t = torch.tensor([rounds[r][2][i] for r, i in rows], dtype=torch.float32)
+        return ScoredRollouts(merged, row_samples, rewards_t, failures, len(rounds), groups_kept)
+
+    # -- step 3-5: the update ------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _logprobs_no_grad(self, model: Any, tokens: TokenBatch) -> torch.Tensor:
+        out = torch.zeros(tokens.completion_mask.shape)
+        mb = self.cfg.training.micro_batch_size
+        for start in range(0, len(tokens), mb):
+            idx = slice(start, start + mb)
+            sub = tokens.rows(idx)
+            lp, _ = completion_logprobs(model, sub, temperature=self._temperature())
+            out[idx, : sub.completion_width] = lp.float().cpu()
+        return out
+
+    def _temperature(self) -> float:
+        return self.cfg.rollout.temperature if self.cfg.rollout.temperature > 0 else 1.0
+
+    def update(self, scored: ScoredRollouts) -> dict[str, float]:
+        cfg, alg = self.cfg, self.cfg.algorithm
+        batch = scored.batch
+        tokens = make_token_batch(batch.prompt_ids, batch.completion_ids, self.pad_id)
+        if cfg.reward.mask_truncated:  # DAPO overlong filtering: truncated rows give no gradient
+            tokens.completion_mask[torch.tensor(batch.truncated, dtype=torch.bool)] = 0.0
+        mask = tokens.completion_mask
+        timings: dict[str, float] = {}
+
+        t0 = time.perf_counter()
+        need_old = self.updates_per_step > 1 or alg.kl_in_reward
+        old_lp = self._logprobs_no_grad(self.model, tokens) if need_old else None
+        ref_lp = (
+            self._logprobs_no_grad(self.ref_model, tokens) if self.ref_model is not None else None
+        )
+        timings["time_logprobs_s"] = time.perf_counter() - t0
+
+        rewards = scored.rewards
+        stats: dict[str, float] = {}
+        if ref_lp is not None and alg.kl_in_reward:
+            rewards = kl_in_reward(
+                rewards, kl_penalty(old_lp, ref_lp, alg.kl_estimator), mask, alg.kl_coef
+            )
+        advantages = self._advantages(rewards, batch.group_ids)
+
+        t0 = time.perf_counter()
+        n = len(batch)
+        totals: dict[str, float] = {}
+        token_weight = 0.0
+        grad_norms, losses, ratio_min, ratio_max = [], [], math.inf, -math.inf
+        self.model.train()
+        for _epoch in range(cfg.training.ppo_epochs):
+            order = torch.randperm(n, generator=self.shuffle_gen)
+            for start in range(0, n, self.mini_batch_size):
+                mb_rows = order[start : start + self.mini_batch_size]
+                num_seqs = float(len(mb_rows))
+                num_tokens = float(mask[mb_rows].sum())
+                self.optimizer.zero_grad(set_to_none=True)
+                mb_loss = 0.0
+                for ms in range(0, len(mb_rows), cfg.training.micro_batch_size):
+                    rows = mb_rows[ms : ms + cfg.training.micro_batch_size]
+                    sub = tokens.rows(rows)
+                    width = sub.completion_width
+                    m = sub.completion_mask.to(self.device)
+                    lp, ent = completion_logprobs(
+                        self.model,
+                        sub,
+                        temperature=self._temperature(),
+                        with_entropy=True,
+                        entropy_grad=alg.entropy_coef > 0,
+                    )
+                    old = (
+                        old_lp[rows, :width].to(self.device) if old_lp is not None else lp.detach()
+                    )
+                    per_token, pstats = policy_loss(
+                        lp,
+                        old,
+                        advantages[rows].to(self.device),
+                        m,
+                        clip_ratio_low=alg.clip_ratio_low,
+                        clip_ratio_high=alg.clip_ratio_high,
+                        dual_clip_c=alg.dual_clip_c,
+                        ratio_level=alg.ratio_level,
+                    )
+                    agg = dict(
+                        mode=alg.loss_aggregation,
+                        max_tokens=cfg.rollout.max_new_tokens,
+                        num_sequences=num_seqs,
+                        num_tokens=num_tokens,
+                    )
+                    loss = aggregate_loss(per_token, m, **agg)
+                    if ref_lp is not None and not alg.kl_in_reward:
+                        kl = kl_penalty(lp, ref_lp[rows, :width].to(self.device), alg.kl_estimator)
+                        loss = loss + alg.kl_coef * aggregate_loss(kl, m, **agg)
+                        pstats["kl"] = masked_mean(kl.detach(), m)
+                    elif ref_lp is not None:
+                        pstats["kl"] = masked_mean(
+                            kl_penalty(
+                                old_lp[rows, :width], ref_lp[rows, :width], alg.kl_estimator
+                            ),
+                            sub.completion_mask,
+                        )
+                    if alg.entropy_coef > 0:
+                        loss = loss - alg.entropy_coef * aggregate_loss(ent, m, **agg)
+                    loss.backward()
+                    w = float(m.sum())
+                    token_weight += w
+                    pstats["entropy"] = masked_mean(ent.detach(), m)
+                    mb_loss += float(loss.detach())
+                    for k, v in pstats.items():
+                        if k == "ratio_min":
+                            ratio_min = min(ratio_min, float(v))
+                        elif k == "ratio_max":
+                            ratio_max = max(ratio_max, float(v))
+                        else:
+                            totals[k] = totals.get(k, 0.0) + float(v) * w
+                max_norm = (
+                    cfg.optimizer.max_grad_norm if cfg.optimizer.max_grad_norm > 0 else math.inf
+                )
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                grad_norms.append(float(grad_norm))
+                losses.append(mb_loss)
+                self.optimizer.step()
+                self.scheduler.step()
+        timings["time_update_s"] = time.perf_counter() - t0
+        for k, v in totals.items():
+            stats[k] = v / max(token_weight, 1.0)
+        stats["ratio_min"], stats["ratio_max"] = ratio_min, ratio_max
+        stats["grad_norm"] = sum(grad_norms) / max(1, len(grad_norms))
+        # With one update per batch the clipped loss is ~0 by construction (ratio = 1, only its
+        # gradient matters); see docs. advantage_abs_mean shows the signal strength instead.
+        stats["loss"] = sum(losses) / max(1, len(losses))
+        stats["lr"] = self.scheduler.get_last_lr()[0]
+        stats["advantage_abs_mean"] = float(advantages.abs().mean())
+        stats.update(timings)
+        stats["tokens_per_s_train"] = (
+            float(mask.sum()) * cfg.training.ppo_epochs / max(timings["time_update_s"], 1e-9)
+        )
+        self._last_advantages = advantages
+        return stats
+
+    def _advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+        alg = self.cfg.algorithm
+        if alg.advantage in ("grpo", "reinforce_pp", "reinforce_pp_baseline"):
+            return self.estimator(rewards, group_ids, std=alg.std, eps=alg.eps)
+        return self.estimator(rewards, group_ids)
+
+    # -- step 6: metrics -----------------------------------------------------------------------
+
+    def rollout_metrics(self, scored: ScoredRollouts) -> dict[str, float]:
+        batch, rewards = scored.batch, scored.rewards
+        lengths = batch.completion_lengths
+        correct = [ln for ln, r in zip(lengths, rewards.tolist()) if r >= 1.0]
+        wrong = [ln for ln, r in zip(lengths, rewards.tolist()) if r < 1.0]
+        m: dict[str, float] = {
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std(unbiased=False)),
+            "verifier_failures": scored.verifier_failures,
+            "completion_length_mean": sum(lengths) / len(lengths),
+            "completion_length_p95": percentile(lengths, 95),
+            "completion_length_max": max(lengths),
+            "completion_length_correct_mean": sum(correct) / len(correct)
+            if correct
+            else float("nan"),
+            "completion_length_incorrect_mean": sum(wrong) / len(wrong) if wrong else float("nan"),
+            "truncated_fraction": sum(batch.truncated) / len(batch),
+            "reasoning_fraction": sum(is_reasoning(t) for t in batch.completion_text) / len(batch),
+        }
+        m.update({k: float(v) for k, v in group_stats(rewards, batch.group_ids).items()})
+        for name, values in self.scorer.pop_components().items():
+            t = torch.tensor(values)
+            m[f"reward/{name}_mean"] = float(t.mean())
+            m[f"reward/{name}_std"] = float(t.std(unbiased=False))
+        if self.cfg.algorithm.dynamic_sampling:
+            m["dynamic_sampling_fill_rate"] = scored.groups_kept / self.cfg.rollout.prompts_per_step
+            m["dynamic_sampling_rounds"] = scored.rounds
+        return m
+
+    def write_samples(self, scored: ScoredRollouts, advantages: torch.Tensor) -> None:
+        """samples/step-N.jsonl: every completion of the step, highest reward first."""
+        out = self.run_dir / "samples"
+        out.mkdir(exist_ok=True)
+        rows = []
+        for i in range(len(scored.batch)):
+            s = scored.samples[i]
+            rows.append(
+                {
+                    "step": self.step,
+                    "group": int(scored.batch.group_ids[i]),
+                    "prompt": s["prompt"],
+                    "completion": scored.batch.completion_text[i],
+                    "answer": s.get("answer"),
+                    "reward": float(scored.rewards[i]),
+                    "advantage": float(advantages[i]),
+                    "finish_reason": scored.batch.finish_reason[i],
+                }
+            )
+        rows.sort(key=lambda r: -r["reward"])
+        with (out / f"step-{self.step}.jsonl").open("w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+    def run_eval(self) -> dict[str, float]:
+        cfg = self.cfg
+        return evaluate(
+            self.engine,
+            self.heldout,
+            [self.encode(s) for s in self.heldout],
+            self.verifier,
+            max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+            t1_samples=cfg.eval.t1_samples,
+            seed=cfg.training.seed + 12345,
+        )
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def train(self) -> dict[str, Any]:
+        cfg = self.cfg
+        start = time.perf_counter()
+        dump_yaml(cfg, self.run_dir / "config.yaml")
+        writer = JsonlWriter(self.run_dir / "metrics.jsonl")
+        summary: dict[str, Any] = {"model": cfg.model.name_or_path}
+        try:
+            if cfg.eval.before and self.heldout:
+                summary["eval_before"] = self.run_eval()
+                self.log(_eval_line("before", summary["eval_before"]))
+            progress = Progress(cfg.training.steps, self.show_progress)
+            for self.step in range(1, cfg.training.steps + 1):
+                t_step = time.perf_counter()
+                t0 = time.perf_counter()
+                scored = self.collect()
+                t_gen = time.perf_counter() - t0
+                metrics: dict[str, Any] = {"step": self.step}
+                metrics.update(self.rollout_metrics(scored))
+                metrics.update(self.update(scored))
+                metrics["time_rollout_s"] = t_gen
+                metrics["tokens_per_s_rollout"] = sum(scored.batch.completion_lengths) / max(
+                    t_gen, 1e-9
+                )
+                if cfg.logging.samples_every and self.step % cfg.logging.samples_every == 0:
+                    self.write_samples(scored, self._last_advantages)
+                last = self.step == cfg.training.steps
+                periodic = cfg.eval.every and self.step % cfg.eval.every == 0
+                if periodic and self.heldout and not (last and cfg.eval.after):
+                    metrics.update({f"eval_{k}": v for k, v in self.run_eval().items()})
+                metrics["step_time_s"] = time.perf_counter() - t_step
+                writer.write(metrics)
+                progress.update(metrics)
+            progress.close()
+            if cfg.eval.after and self.heldout:
+                summary["eval_after"] = self.run_eval()
+                self.log(_eval_line("after", summary["eval_after"]))
+            if cfg.checkpoint.save_final:
+                save_model(self.model, self.tokenizer, self.run_dir / "final")
+        finally:
+            writer.close()
+            if self.pool is not None:
+                self.pool.close()
+        summary["steps"] = cfg.training.steps
+        summary["wall_seconds"] = time.perf_counter() - start
+        tmp = self.run_dir / "summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2))
+        tmp.replace(self.run_dir / "summary.json")
+        return summary
+
+
+def _eval_line(when: str, e: Mapping[str, float]) -> str:
+    return (
+        f"eval {when}: accuracy {e['accuracy']:.3f}  pass1_t1 {e['pass1_t1']:.3f}  "
+        f"reasoning {e['reasoning_fraction']:.3f}  length {e['mean_length']:.1f}  (n={e['n']})"
+    )
