@@ -23,6 +23,12 @@ REQUIRED_METRICS = {
     "entropy",
     "completion_length_mean",
     "clip_fraction",
+    "time_generate_s",
+    "time_score_s",
+    "time_update_s",
+    "memory_peak_mib",
+    "grad_norm",
+    "lr",
 }
 
 

@@ -46,6 +46,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
 
 
+def memory_metrics(device: Any = None) -> dict[str, float]:
+    """Peak resident memory of this process (MiB) and, on CUDA, peak allocated GPU memory."""
+    import resource
+
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2**20  # bytes on macOS
+    out = {"memory_peak_mib": peak_kib * scale}
+    if device is not None and getattr(device, "type", None) == "cuda":
+        import torch
+
+        out["gpu_memory_peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
 class Progress:
     """A tqdm bar with ETA and headline metrics; silent when stderr is not a terminal."""
 

@@ -47,7 +47,7 @@ from rlvr.models.loading import (
     resolve_dtype,
     uses_chat_template,
 )
-from rlvr.observe.metrics import JsonlWriter, Progress, percentile
+from rlvr.observe.metrics import JsonlWriter, Progress, memory_metrics, percentile
 from rlvr.rewards.compose import CompositeVerifier, build_verifier
 from rlvr.rewards.exact import is_reasoning
 from rlvr.rewards.length import overlong_penalties
@@ -69,6 +69,8 @@ class ScoredRollouts:
     verifier_failures: int
     rounds: int = 1
     groups_kept: int = 0
+    time_generate_s: float = 0.0
+    time_score_s: float = 0.0
 
 
 class Scorer:
@@ -203,18 +205,22 @@ class GRPOTrainer:
         g = cfg.rollout.group_size
         rounds: list[tuple[RolloutBatch, list, list[float]]] = []
         kept: list[tuple[int, int]] = []  # (round, group within round)
-        failures = 0
+        failures, t_generate, t_score = 0, 0.0, 0.0
         max_rounds = 1 + (
             cfg.algorithm.max_sampling_rounds if cfg.algorithm.dynamic_sampling else 0
         )
         while len(rounds) < max_rounds and len(kept) < want:
             samples = [self.task.sample_train(self.prompt_rng) for _ in range(want)]
+            t0 = time.perf_counter()
             batch = self.engine.generate(
                 [self.encode(s) for s in samples], g, self.sampling, generator=self.sample_gen
             )
+            t_generate += time.perf_counter() - t0
+            t0 = time.perf_counter()
             rewards, f = self.scorer(
                 batch.completion_text, [samples[i] for i in batch.prompt_index]
             )
+            t_score += time.perf_counter() - t0
             failures += f
             if cfg.reward.overlong_buffer:
                 penalties = overlong_penalties(
@@ -245,7 +251,9 @@ class GRPOTrainer:
         )
         row_samples = [rounds[r][1][i // g] for r, i in rows]
         rewards_t = torch.tensor([rounds[r][2][i] for r, i in rows], dtype=torch.float32)
-        return ScoredRollouts(merged, row_samples, rewards_t, failures, len(rounds), groups_kept)
+        return ScoredRollouts(
+            merged, row_samples, rewards_t, failures, len(rounds), groups_kept, t_generate, t_score
+        )
 
     # -- step 3-5: the update ------------------------------------------------------------------
 
@@ -472,15 +480,14 @@ class GRPOTrainer:
             progress = Progress(cfg.training.steps, self.show_progress)
             for self.step in range(1, cfg.training.steps + 1):
                 t_step = time.perf_counter()
-                t0 = time.perf_counter()
                 scored = self.collect()
-                t_gen = time.perf_counter() - t0
                 metrics: dict[str, Any] = {"step": self.step}
                 metrics.update(self.rollout_metrics(scored))
                 metrics.update(self.update(scored))
-                metrics["time_rollout_s"] = t_gen
+                metrics["time_generate_s"] = scored.time_generate_s
+                metrics["time_score_s"] = scored.time_score_s
                 metrics["tokens_per_s_rollout"] = sum(scored.batch.completion_lengths) / max(
-                    t_gen, 1e-9
+                    scored.time_generate_s, 1e-9
                 )
                 if cfg.logging.samples_every and self.step % cfg.logging.samples_every == 0:
                     self.write_samples(scored, self._last_advantages)
@@ -489,6 +496,7 @@ class GRPOTrainer:
                 if periodic and self.heldout and not (last and cfg.eval.after):
                     metrics.update({f"eval_{k}": v for k, v in self.run_eval().items()})
                 metrics["step_time_s"] = time.perf_counter() - t_step
+                metrics.update(memory_metrics(self.device))
                 writer.write(metrics)
                 progress.update(metrics)
             progress.close()
