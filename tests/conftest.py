@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from rlvr.models.embedded.build import build_tokenizer
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
 CHARACTERS = string.digits + string.ascii_letters + " +-=*.,:?\n"
@@ -26,23 +27,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character; `<think>`/`</think>` are added tokens with one id each.
-
-    The Fuse decoder concatenates token strings, so decode(encode(text)) == text exactly.
-    """
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(CHARACTERS))}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    # "[\s\S]" rather than "." so that newlines are split into their own token too.
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        eos_token="<eos>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-    )
-    tokenizer.add_tokens(THINK_TOKENS)
-    return tokenizer
+    """The embedded model's character-level tokenizer: one token per character, `<think>` and
+    `</think>` as single added tokens, decode(encode(text)) == text exactly."""
+    return build_tokenizer()
 
 
 def build_tiny_llama(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
