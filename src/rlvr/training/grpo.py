@@ -47,6 +47,7 @@ from rlvr.models.loading import (
     resolve_dtype,
     uses_chat_template,
 )
+from rlvr.observe.diagnostics import diagnose
 from rlvr.observe.metrics import JsonlWriter, Progress, memory_metrics, percentile
 from rlvr.rewards.compose import CompositeVerifier, build_verifier
 from rlvr.rewards.exact import is_reasoning
@@ -478,6 +479,8 @@ class GRPOTrainer:
                 summary["eval_before"] = self.run_eval()
                 self.log(_eval_line("before", summary["eval_before"]))
             progress = Progress(cfg.training.steps, self.show_progress)
+            history: list[dict[str, Any]] = []
+            warned: set[str] = set()
             for self.step in range(1, cfg.training.steps + 1):
                 t_step = time.perf_counter()
                 scored = self.collect()
@@ -497,6 +500,15 @@ class GRPOTrainer:
                     metrics.update({f"eval_{k}": v for k, v in self.run_eval().items()})
                 metrics["step_time_s"] = time.perf_counter() - t_step
                 metrics.update(memory_metrics(self.device))
+                history.append(metrics)
+                fired = diagnose(history)
+                if fired:
+                    metrics["diagnostics"] = [d.name for d in fired]
+                for d in fired:
+                    if d.name not in warned:  # say it once per run; metrics.jsonl has every step
+                        warned.add(d.name)
+                        progress.write(d.line())
+                        self.log(d.line())
                 writer.write(metrics)
                 progress.update(metrics)
             progress.close()

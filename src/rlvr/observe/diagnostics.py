@@ -1,0 +1,192 @@
+"""Run diagnostics: known GRPO failure modes read off the metric history, each with a fix.
+
+`diagnose(history)` looks at the per-step metric rows written so far (oldest first) and returns
+the warnings that hold at the latest step. Each check is a small function; thresholds are
+arguments with defaults chosen from what practitioners report, not tuned on one run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    name: str
+    step: int
+    metric: str
+    value: float
+    message: str
+
+    def line(self) -> str:
+        head = f"warning [{self.name}] step {self.step}: {self.metric}={self.value:.4g}"
+        return f"{head}: {self.message}"
+
+
+def _series(history: Sequence[Row], key: str) -> list[float]:
+    return [float(r[key]) for r in history if key in r and r[key] is not None]
+
+
+def non_finite_loss(history: Sequence[Row]) -> Diagnostic | None:
+    last = history[-1]
+    for key in ("loss", "grad_norm"):
+        value = last.get(key)
+        if value is not None and not math.isfinite(float(value)):
+            return Diagnostic(
+                "non_finite",
+                last["step"],
+                key,
+                float(value),
+                "NaN/inf in the update; lower optimizer.lr, keep "
+                "optimizer.max_grad_norm > 0, or use fp32",
+            )
+    return None
+
+
+def entropy_collapse(
+    history: Sequence[Row], floor: float = 0.01, window: int = 10, drop: float = 0.5
+) -> Diagnostic | None:
+    """Entropy below `floor` nats, or fallen by more than `drop` (relative) over `window` steps
+    while the reward stalled (rose less than 0.02)."""
+    ent = _series(history, "entropy")
+    if not ent:
+        return None
+    step = history[-1]["step"]
+    if ent[-1] < floor:
+        return Diagnostic(
+            "entropy_collapse",
+            step,
+            "entropy",
+            ent[-1],
+            "the policy is nearly deterministic; exploration has stopped. Raise "
+            "rollout.temperature, add algorithm.entropy_coef, or use "
+            "algorithm.clip_ratio_high=0.28 (clip-higher)",
+        )
+    reward = _series(history, "reward_mean")
+    stalled = len(reward) > window and reward[-1] - reward[-window - 1] < 0.02
+    # A fast fall while reward still climbs is the policy converging, not collapsing.
+    if (
+        len(ent) > window
+        and ent[-window - 1] > 0
+        and ent[-1] < (1 - drop) * ent[-window - 1]
+        and stalled
+    ):
+        return Diagnostic(
+            "entropy_collapse",
+            step,
+            "entropy",
+            ent[-1],
+            f"entropy fell by more than {drop:.0%} in {window} steps; consider "
+            "clip-higher or a lower learning rate",
+        )
+    return None
+
+
+def zero_variance_groups(
+    history: Sequence[Row], threshold: float = 0.8, window: int = 5
+) -> Diagnostic | None:
+    """Most groups all-equal for `window` steps: the effective batch has shrunk."""
+    z = _series(history, "zero_std_group_fraction")
+    if len(z) >= window and all(v > threshold for v in z[-window:]):
+        return Diagnostic(
+            "zero_variance_groups",
+            history[-1]["step"],
+            "zero_std_group_fraction",
+            z[-1],
+            "most groups carry no gradient; enable "
+            "algorithm.dynamic_sampling, raise rollout.group_size, or filter "
+            "prompts that are always solved or never solved",
+        )
+    return None
+
+
+def length_inflation(
+    history: Sequence[Row], window: int = 20, growth: float = 0.5, flat: float = 0.02
+) -> Diagnostic | None:
+    """Completion length up by more than `growth` (relative) over `window` steps while the
+    reward moved less than `flat`."""
+    length = _series(history, "completion_length_mean")
+    reward = _series(history, "reward_mean")
+    if len(length) <= window or len(reward) <= window or length[-window - 1] <= 0:
+        return None
+    grew = length[-1] / length[-window - 1] - 1
+    if grew > growth and reward[-1] - reward[-window - 1] < flat:
+        return Diagnostic(
+            "length_inflation",
+            history[-1]["step"],
+            "completion_length_mean",
+            length[-1],
+            "length rises but reward does not; try "
+            "algorithm.loss_aggregation=seq_mean_token_sum_norm (Dr. GRPO) or "
+            "reward.overlong_buffer",
+        )
+    return None
+
+
+def reward_hacking(
+    history: Sequence[Row], min_evals: int = 2, rise: float = 0.1
+) -> Diagnostic | None:
+    """Training reward up by `rise` between the last two held-out evaluations while held-out
+    accuracy did not improve."""
+    evals = [r for r in history if "eval_accuracy" in r]
+    if len(evals) < min_evals:
+        return None
+    a, b = evals[-2], evals[-1]
+    train_a = _window_mean(history, a["step"])
+    train_b = _window_mean(history, b["step"])
+    if train_b - train_a > rise and b["eval_accuracy"] <= a["eval_accuracy"]:
+        return Diagnostic(
+            "reward_hacking",
+            b["step"],
+            "eval_accuracy",
+            float(b["eval_accuracy"]),
+            "training reward rises while held-out accuracy does not; audit "
+            "samples/step-N.jsonl for answers the verifier wrongly accepts",
+        )
+    return None
+
+
+def _window_mean(history: Sequence[Row], step: int, width: int = 5) -> float:
+    vals = [
+        float(r["reward_mean"])
+        for r in history
+        if "reward_mean" in r and step - width < r["step"] <= step
+    ]
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def clip_fraction_high(
+    history: Sequence[Row], threshold: float = 0.2, window: int = 5
+) -> Diagnostic | None:
+    c = _series(history, "clip_fraction")
+    if len(c) >= window and all(v > threshold for v in c[-window:]):
+        return Diagnostic(
+            "clip_fraction_high",
+            history[-1]["step"],
+            "clip_fraction",
+            c[-1],
+            "updates keep hitting the clip bounds; lower optimizer.lr or training.ppo_epochs",
+        )
+    return None
+
+
+CHECKS = (
+    non_finite_loss,
+    entropy_collapse,
+    zero_variance_groups,
+    length_inflation,
+    reward_hacking,
+    clip_fraction_high,
+)
+
+
+def diagnose(history: Sequence[Row]) -> list[Diagnostic]:
+    """Every check that fires at the latest row of `history`."""
+    if not history:
+        return []
+    return [d for check in CHECKS if (d := check(history)) is not None]
