@@ -105,11 +105,13 @@ def create_run_dir(run_dir: Path) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.config import load_config
     from rlvr.models.loading import resolve_model_path
+    from rlvr.observe.loggers import check_available
     from rlvr.rewards.compose import build_verifier
 
     cfg = load_config(args.config, args.overrides)
     # Everything that can be checked without loading weights is checked before the run starts.
     build_verifier(cfg.reward.verifier)
+    check_available(cfg.logging.report_to)
     run_dir = check_run_dir(args.output_dir, args.overwrite)
     resolve_model_path(cfg.model.name_or_path)
 

@@ -167,7 +167,15 @@ class EvalConfig:
 
 @dataclass
 class LoggingConfig:
-    report_to: list[str] = _f(["jsonl"], "metric sinks (jsonl is always written)")
+    report_to: list[str] = _f(
+        ["jsonl"],
+        "metric sinks: jsonl (always written), tensorboard, wandb, mlflow",
+        choices=["jsonl", "tensorboard", "wandb", "mlflow"],
+    )
+    wandb_project: str = _f("rlvr", "W&B project name")
+    wandb_mode: str = _f(
+        "offline", "W&B mode (offline needs no network)", choices=["offline", "online", "disabled"]
+    )
     progress: bool = _f(True, "progress bar when stderr is a terminal")
     samples_every: int = _f(10, "write samples/step-N.jsonl every N steps (0 = off)", ge=0)
 
@@ -291,6 +299,10 @@ def _check_constraints(key: str, value: Any, meta: typing.Mapping[str, Any]) -> 
     if value is None:
         return
     choices = meta.get("choices")
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_constraints(f"{key}[{i}]", item, meta)
+        return
     if choices is not None and value not in choices:
         hint = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
         extra = f"; did you mean '{hint[0]}'?" if hint else ""

@@ -36,7 +36,7 @@ from rlvr.algorithms import (
     masked_mean,
     policy_loss,
 )
-from rlvr.config import Config, dump_yaml
+from rlvr.config import Config, dump_yaml, to_dict
 from rlvr.data.registry import build_task
 from rlvr.errors import UserError
 from rlvr.models.loading import (
@@ -48,6 +48,7 @@ from rlvr.models.loading import (
     uses_chat_template,
 )
 from rlvr.observe.diagnostics import diagnose
+from rlvr.observe.loggers import build_loggers
 from rlvr.observe.metrics import JsonlWriter, Progress, memory_metrics, percentile
 from rlvr.rewards.compose import CompositeVerifier, build_verifier
 from rlvr.rewards.exact import is_reasoning
@@ -473,10 +474,18 @@ class GRPOTrainer:
         start = time.perf_counter()
         dump_yaml(cfg, self.run_dir / "config.yaml")
         writer = JsonlWriter(self.run_dir / "metrics.jsonl")
+        sinks = build_loggers(
+            cfg.logging.report_to,
+            self.run_dir,
+            to_dict(cfg),
+            wandb_project=cfg.logging.wandb_project,
+            wandb_mode=cfg.logging.wandb_mode,
+        )
         summary: dict[str, Any] = {"model": cfg.model.name_or_path}
         try:
             if cfg.eval.before and self.heldout:
                 summary["eval_before"] = self.run_eval()
+                sinks.log({f"eval/{k}": v for k, v in summary["eval_before"].items()}, 0)
                 self.log(_eval_line("before", summary["eval_before"]))
             progress = Progress(cfg.training.steps, self.show_progress)
             history: list[dict[str, Any]] = []
@@ -510,15 +519,20 @@ class GRPOTrainer:
                         progress.write(d.line())
                         self.log(d.line())
                 writer.write(metrics)
+                sinks.log(metrics, self.step)
                 progress.update(metrics)
             progress.close()
             if cfg.eval.after and self.heldout:
                 summary["eval_after"] = self.run_eval()
+                sinks.log(
+                    {f"eval/{k}": v for k, v in summary["eval_after"].items()}, cfg.training.steps
+                )
                 self.log(_eval_line("after", summary["eval_after"]))
             if cfg.checkpoint.save_final:
                 save_model(self.model, self.tokenizer, self.run_dir / "final")
         finally:
             writer.close()
+            sinks.close()
             if self.pool is not None:
                 self.pool.close()
         summary["steps"] = cfg.training.steps
