@@ -2,6 +2,8 @@
 
     rlvr train [--config FILE.yaml] [key=value ...] [--output-dir DIR]
     rlvr verify --verifier NAME --input samples.jsonl [--output out.jsonl]
+    rlvr eval --model PATH [--model PATH ...] [--k 8]
+    rlvr report RUN_DIR [RUN_DIR ...]
 
 User errors (a config typo, a missing model, a bad value) print one line on stderr and exit 2;
 --debug shows the traceback instead.
@@ -70,9 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     train.set_defaults(func=cmd_train)
 
-    from rlvr.commands import verify
+    from rlvr.commands import eval as eval_command
+    from rlvr.commands import report, verify
 
     verify.add_parser(sub)
+    eval_command.add_parser(sub)
+    report.add_parser(sub)
     return parser
 
 
@@ -117,8 +122,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from rlvr.training.grpo import GRPOTrainer
 
-    _quiet_transformers()
-
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     trainer = GRPOTrainer(cfg, run_dir, progress=not args.quiet, log=log)
     # Created only once the model has loaded: a failed start leaves nothing behind.
@@ -148,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    _quiet_transformers()
     try:
         return args.func(args)
     except UserError as e:

@@ -1,4 +1,5 @@
-"""Held-out evaluation with fixed decoding: greedy accuracy and pass@1 at temperature 1."""
+"""Held-out evaluation with fixed decoding: greedy accuracy, pass@1 at temperature 1 and,
+optionally (k > 0), pass@k, maj@k, per-source accuracy and accuracy within token budgets."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 import torch
 
-from rlvr.rewards.exact import is_reasoning
+from rlvr.observe.passk import maj_at_k, pass_at_k
+from rlvr.rewards.exact import extract_final_answer, is_reasoning
 from rlvr.rollout.types import SamplingParams
 
 
@@ -20,6 +22,9 @@ def evaluate(
     max_new_tokens: int,
     t1_samples: int = 4,
     seed: int = 0,
+    k: int = 0,
+    budgets: Sequence[int] = (128, 256, 512),
+    extract: Callable[[str], Any] = extract_final_answer,
 ) -> dict[str, float]:
     """Score a model on held-out samples.
 
@@ -34,19 +39,37 @@ def evaluate(
     truncated_fraction  fraction of temperature-1 completions cut at max_new_tokens
     n                   number of problems
 
+    With k > 0 (default 0: off, and the keys above are all there is), m = max(k, t1_samples)
+    temperature-1 samples are drawn per problem (the keys above then use all m of them), plus:
+
+    pass@1, pass@k      mean over problems of the unbiased estimator 1 - C(m-c, k) / C(m, k)
+                        (rlvr.observe.passk.pass_at_k), c = samples with reward >= 1
+    maj@k               fraction of problems whose majority-voted answer over the first k
+                        samples is correct; answers come from `extract` (default: the exact
+                        verifier's strict integer extraction), None answers do not vote, ties
+                        go to the answer seen first (rlvr.observe.passk.maj_at_k)
+    accuracy/<source>   greedy accuracy over the problems with that sample["source"] (only for
+                        samples that carry a "source")
+    accuracy_within_<b> for each b in `budgets`: fraction of problems whose greedy completion is
+                        correct AND at most b tokens long
+
     The temperature-1 samples use a generator seeded with `seed`, so the evaluation of a given
     model is reproducible.
     """
+    if k < 0:
+        raise ValueError(f"evaluate: k must be >= 0, got {k}")
     n = len(samples)
     if n == 0:
         return {"n": 0}
+    num_t1 = max(k, t1_samples) if k > 0 else t1_samples
     greedy = engine.generate(
         list(prompt_ids), 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     )
-    gen = torch.Generator().manual_seed(seed)
+    # The generator must live on the model's device (CPU: identical to a default generator).
+    gen = torch.Generator(device=getattr(engine, "device", "cpu")).manual_seed(seed)
     sampled = engine.generate(
         list(prompt_ids),
-        t1_samples,
+        num_t1,
         SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens),
         generator=gen,
     )
@@ -56,7 +79,7 @@ def evaluate(
     t1_rewards = [
         verifier(t, samples[i]) for t, i in zip(sampled.completion_text, sampled.prompt_index)
     ]
-    return {
+    metrics: dict[str, float] = {
         "accuracy": sum(r >= 1.0 for r in greedy_rewards) / n,
         "pass1_t1": sum(t1_rewards) / len(t1_rewards),
         "reasoning_fraction": _mean([is_reasoning(t) for t in sampled.completion_text]),
@@ -65,6 +88,58 @@ def evaluate(
         "mean_length_greedy": _mean(greedy.completion_lengths),
         "truncated_fraction": _mean(sampled.truncated),
         "n": n,
+    }
+    if k > 0:
+        metrics.update(
+            _k_metrics(samples, greedy, greedy_rewards, sampled, t1_rewards, num_t1, k, extract)
+        )
+        metrics.update(_budget_metrics(greedy, greedy_rewards, budgets, n))
+    return metrics
+
+
+def _k_metrics(
+    samples: Sequence[Mapping[str, Any]],
+    greedy: Any,
+    greedy_rewards: list[float],
+    sampled: Any,
+    t1_rewards: list[float],
+    m: int,
+    k: int,
+    extract: Callable[[str], Any],
+) -> dict[str, float]:
+    n = len(samples)
+    per_problem: list[list[int]] = [[] for _ in range(n)]  # row indices of each problem
+    for row, i in enumerate(sampled.prompt_index):
+        per_problem[i].append(row)
+    pass1, passk, maj = [], [], []
+    for rows in per_problem:
+        correct = sum(t1_rewards[r] >= 1.0 for r in rows)
+        pass1.append(pass_at_k(m, correct, 1))
+        passk.append(pass_at_k(m, correct, k))
+        first_k = rows[:k]
+        answers = [extract(sampled.completion_text[r]) for r in first_k]
+        maj.append(maj_at_k(answers, [t1_rewards[r] for r in first_k]))
+    out = {"pass@1": _mean(pass1), f"pass@{k}": _mean(passk), f"maj@{k}": _mean(maj)}
+    by_source: dict[str, list[bool]] = {}
+    for i, reward in zip(greedy.prompt_index, greedy_rewards):
+        source = samples[i].get("source")
+        if source is not None:
+            by_source.setdefault(str(source), []).append(reward >= 1.0)
+    for source in sorted(by_source):
+        out[f"accuracy/{source}"] = _mean(by_source[source])
+    return out
+
+
+def _budget_metrics(
+    greedy: Any, greedy_rewards: list[float], budgets: Sequence[int], n: int
+) -> dict[str, float]:
+    lengths = greedy.completion_lengths
+    return {
+        f"accuracy_within_{b}": sum(
+            r >= 1.0 and length <= b for r, length in zip(greedy_rewards, lengths)
+        )
+        / n
+        for b in budgets
     }
 
 

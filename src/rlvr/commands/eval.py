@@ -1,0 +1,183 @@
+"""`rlvr eval`: compare one or more models on the same held-out problems.
+
+    rlvr eval --model PATH [--model PATH ...] [--data addition] [--digits 3] [--n 200] [--k 8]
+              [--max-new-tokens 64] [--seed 0] [--device auto] [--output FILE.json]
+
+Each --model is a directory written by save_pretrained (a training run's final/ or a
+checkpoint), a hub id, or 'embedded' (the built-in tiny base model). Every model is scored by
+`rlvr.training.evaluate.evaluate` with k = --k on the same `--n` held-out problems of the task,
+with the same seed; stdout gets one table, one row per model:
+
+    model  accuracy  pass@1  pass@k  maj@k  reasoning_fraction  mean_length
+
+accuracy is greedy; the others come from max(k, 4) samples per problem at temperature 1 (see
+docs/evaluation.md). --output also writes every metric of every model as JSON.
+
+Decisions:
+- --seed seeds both the held-out problem list (the task's seed) and the temperature-1 draws, so
+  two invocations with the same arguments print the same table.
+- The verifier is the task's: exact_answer for addition.
+- Models are loaded one at a time and released before the next, so only one is in memory.
+- A model that cannot be loaded is a one-line error (exit 2) before any table is printed; a
+  missing directory is caught before the first model is evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlvr.errors import UserError
+
+T1_SAMPLES = 4  # temperature-1 samples per problem when --k is smaller
+COLUMNS = ("accuracy", "pass@1", "pass@k", "maj@k", "reasoning_fraction", "mean_length")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "eval",
+        help="compare models on held-out problems: accuracy, pass@k, maj@k",
+        description="Evaluate one or more models on the same held-out problems and print one "
+        "table (greedy accuracy, pass@1, pass@k, maj@k, reasoning fraction, mean length).",
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="model directory, hub id, or 'embedded'; repeat to compare several",
+    )
+    parser.add_argument(
+        "--data", default="addition", choices=["addition"], help="task (default: addition)"
+    )
+    parser.add_argument("--digits", type=int, default=3, help="operand digits (default: 3)")
+    parser.add_argument("--n", type=int, default=200, help="held-out problems (default: 200)")
+    parser.add_argument("--k", type=int, default=8, help="k of pass@k and maj@k (default: 8)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=64, help="completion token limit (default: 64)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="problems and sampling seed")
+    parser.add_argument(
+        "--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: auto"
+    )
+    parser.add_argument("--output", metavar="FILE.json", help="also write all metrics as JSON")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    for name, low in (("n", 1), ("k", 1), ("max_new_tokens", 1), ("digits", 1)):
+        value = getattr(args, name)
+        if value < low:
+            flag = "--" + name.replace("_", "-")
+            raise UserError(f"{flag}: must be >= {low}, got {value}")
+
+
+def evaluate_model(
+    name: str, samples: list[dict], args: argparse.Namespace, verifier: Any
+) -> dict[str, float]:
+    """Load one model and score it on `samples` with evaluate(k=args.k)."""
+    from rlvr.config import ModelConfig
+    from rlvr.models.loading import (
+        encode_prompt,
+        load_model,
+        load_tokenizer,
+        resolve_device,
+        resolve_dtype,
+        uses_chat_template,
+    )
+    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.training.evaluate import evaluate
+
+    cfg = ModelConfig(name_or_path=name, device=args.device)
+    device = resolve_device(cfg.device)
+    tokenizer = load_tokenizer(name)
+    model = load_model(cfg, device, resolve_dtype(cfg.dtype, device), train=False)
+    chat = uses_chat_template(tokenizer, cfg.chat_template)
+    prompts = [encode_prompt(tokenizer, s["prompt"], chat=chat) for s in samples]
+    engine = HFEngine(model, tokenizer)
+    return evaluate(
+        engine,
+        samples,
+        prompts,
+        verifier,
+        max_new_tokens=args.max_new_tokens,
+        t1_samples=T1_SAMPLES,
+        seed=args.seed,
+        k=args.k,
+    )
+
+
+def format_table(names: list[str], results: list[dict[str, float]], k: int) -> str:
+    """One row per model; pass@k and maj@k headers carry the actual k."""
+    headers = ["model", *(c.replace("@k", f"@{k}") for c in COLUMNS)]
+    rows = []
+    for name, metrics in zip(names, results):
+        cells = [name]
+        for column, header in zip(COLUMNS, headers[1:]):
+            value = metrics.get(header, float("nan"))
+            cells.append(f"{value:.1f}" if column == "mean_length" else f"{value:.3f}")
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = []
+    for r in [headers, *rows]:
+        first = r[0].ljust(widths[0])
+        rest = [cell.rjust(w) for cell, w in zip(r[1:], widths[1:])]
+        lines.append("  ".join([first, *rest]))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlvr.data.tasks.addition import AdditionTask
+    from rlvr.models.loading import resolve_model_path
+    from rlvr.rewards.exact import exact_answer_reward
+
+    _check_args(args)
+    for name in args.model:  # a missing directory fails before any model is evaluated
+        resolve_model_path(name)
+    task = AdditionTask(digits=args.digits, seed=args.seed)
+    try:
+        samples = task.heldout(args.n)
+    except ValueError as e:
+        raise UserError(f"--n: {e}") from None
+    results = []
+    for name in args.model:
+        results.append(evaluate_model(name, samples, args, exact_answer_reward))
+    print(format_table(args.model, results, args.k))
+    if args.output:
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        report = {
+            "data": args.data,
+            "digits": args.digits,
+            "n": args.n,
+            "k": args.k,
+            "max_new_tokens": args.max_new_tokens,
+            "seed": args.seed,
+            "models": [{"model": m, "metrics": r} for m, r in zip(args.model, results)],
+        }
+        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"eval: wrote {out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (`python -m rlvr.commands.eval`), with the CLI's error handling."""
+    parser = argparse.ArgumentParser(prog="rlvr")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["eval", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return run(args)
+    except UserError as e:
+        if args.debug:
+            raise
+        print(f"rlvr: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

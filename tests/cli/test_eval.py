@@ -1,0 +1,49 @@
+"""`rlvr eval`: one table row per model, optional JSON, one-line errors for bad models."""
+
+import argparse
+import json
+
+import pytest
+
+from rlvr.commands.eval import add_parser, run
+from rlvr.errors import ModelLoadError, UserError
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="rlvr")
+    add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["eval", *argv])
+
+
+def test_two_models_give_a_two_row_table_and_json(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "eval" / "report.json"
+    args = parse(
+        "--model", str(tiny_model_dir), "--model", str(tiny_model_dir),
+        "--n", "4", "--k", "3", "--max-new-tokens", "4", "--device", "cpu",
+        "--output", str(out),
+    )  # fmt: skip
+    assert run(args) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split() == [
+        "model", "accuracy", "pass@1", "pass@3", "maj@3", "reasoning_fraction", "mean_length",
+    ]  # fmt: skip
+    assert len(lines) == 3
+    assert all(line.startswith(str(tiny_model_dir)) for line in lines[1:])
+    assert lines[1].split()[1:] == lines[2].split()[1:]  # same model, same problems, same seed
+    report = json.loads(out.read_text())
+    assert report["k"] == 3 and report["n"] == 4
+    assert len(report["models"]) == 2
+    metrics = report["models"][0]["metrics"]
+    assert metrics["pass@3"] >= metrics["pass@1"]
+    assert {"accuracy", "maj@3", "accuracy/addition", "accuracy_within_128"} <= set(metrics)
+
+
+def test_missing_model_is_a_model_load_error(tmp_path):
+    with pytest.raises(ModelLoadError, match="not found"):
+        run(parse("--model", str(tmp_path / "missing"), "--n", "2"))
+
+
+@pytest.mark.parametrize("flag", ["--n", "--k", "--max-new-tokens"])
+def test_non_positive_numbers_are_user_errors(flag):
+    with pytest.raises(UserError, match=flag):
+        run(parse("--model", "embedded", flag, "0"))

@@ -1,0 +1,195 @@
+"""`rlvr report`: a self-contained HTML report of run directories, one-line errors for bad input."""
+
+import argparse
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from rlvr.commands.report import add_parser, run  # noqa: E402
+from rlvr.errors import DataError  # noqa: E402
+from rlvr.observe.report import PLOTS, Run, config_differences, flatten  # noqa: E402
+
+IMG_TAG = '<img src="data:image/png;base64,'
+EVIL = "<script>alert(1)</script>"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="rlvr")
+    add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["report", *argv])
+
+
+def write_run(path: Path, lr: float = 1e-4, diagnostics_at: int = 4) -> Path:
+    """A small run directory like the trainer writes: 6 steps, eval at step 3, one diagnostic."""
+    path.mkdir(parents=True)
+    rows = []
+    for step in range(1, 7):
+        row = {
+            "step": step,
+            "reward_mean": 0.1 * step,
+            "reward_std": 0.3,
+            "completion_length_mean": 5.0 + step,
+            "completion_length_p95": 20.0,
+            "entropy": 0.5 / step,
+            "zero_std_group_fraction": 0.25,
+            "clip_fraction": 0.01,
+            "tokens_per_s_rollout": 1000.0,
+            "tokens_per_s_train": 800.0,
+        }
+        if step == 3:
+            row |= {"eval_accuracy": 0.5, "eval_pass1_t1": 0.45, "eval_n": 20}
+        if step == diagnostics_at:
+            row["diagnostics"] = ["entropy_collapse", "length_inflation"]
+        rows.append(row)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = {
+        "model": "embedded",
+        "eval_before": {
+            "accuracy": 0.125,
+            "pass1_t1": 0.2,
+            "reasoning_fraction": 0.05,
+            "mean_length": 6.5,
+            "n": 20,
+        },
+        "eval_after": {
+            "accuracy": 0.875,
+            "pass1_t1": 0.8,
+            "reasoning_fraction": 0.9,
+            "mean_length": 31.25,
+            "n": 20,
+        },
+        "steps": 6,
+        "wall_seconds": 3.2,
+    }
+    (path / "summary.json").write_text(json.dumps(summary))
+    (path / "config.yaml").write_text(
+        f"model:\n  name_or_path: embedded\noptimizer:\n  lr: {lr}\n  weight_decay: 0.0\n"
+    )
+    (path / "samples").mkdir()
+    old = {"prompt": "1+1=", "completion": "old step", "reward": 1.0, "advantage": 0.0}
+    (path / "samples" / "step-2.jsonl").write_text(json.dumps(old) + "\n")
+    samples = [
+        {"prompt": "2+2=", "completion": f"4 {EVIL}", "reward": 1.0, "advantage": 0.75},
+        {"prompt": "3+3=", "completion": "5", "reward": 0.0, "advantage": -0.75},
+    ]
+    (path / "samples" / "step-6.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    return path
+
+
+def test_one_run_writes_a_self_contained_report_with_plots_tables_and_pngs(tmp_path):
+    run_dir = write_run(tmp_path / "run_a")
+    assert run(parse(str(run_dir))) == 0  # default output: the run directory itself
+    html = (run_dir / "report.html").read_text()
+    assert html.count(IMG_TAG) >= 8
+    for name, *_ in PLOTS:
+        assert (run_dir / "plots" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+    # eval before/after table
+    for value in ("eval_before", "eval_after", "0.125", "0.875", "31.25", "6.5"):
+        assert f"<td>{value}</td>" in html
+    # diagnostics: the step and the names
+    assert "<td>4</td><td>entropy_collapse, length_inflation</td>" in html
+    # the latest samples file, escaped; not the older one
+    assert "step 6" in html and "old step" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script" not in html
+    # one run: the full config, collapsed
+    assert "<details>" in html and "optimizer.lr" in html
+    assert "http://" not in html and "https://" not in html  # nothing fetched from the network
+
+
+def test_two_runs_are_overlaid_and_their_config_differences_listed(tmp_path):
+    a = write_run(tmp_path / "run_a", lr=1e-4)
+    b = write_run(tmp_path / "run_b", lr=3e-4)
+    out = tmp_path / "cmp"
+    assert run(parse(str(a), str(b), "--output", str(out))) == 0
+    html = (out / "report.html").read_text()
+    assert html.count(IMG_TAG) >= 8
+    assert "<code>optimizer.lr</code></td><td>0.0001</td><td>0.0003</td>" in html
+    assert "weight_decay" not in html  # equal values are not differences
+    assert "<th>run_a</th><th>run_b</th>" in html
+    assert not (a / "report.html").exists()
+
+
+def test_config_differences_uses_dotted_keys_and_marks_absent_keys():
+    assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": {}}) == {"a.b": 1, "a.c": [1, 2], "d": {}}
+    r1 = Run(path=Path("x"), name="x", rows=[], config={"a": {"b": 1, "c": 2}})
+    r2 = Run(path=Path("y"), name="y", rows=[], config={"a": {"b": 1}})
+    diffs = config_differences([r1, r2])
+    assert [key for key, _ in diffs] == ["a.c"]
+
+
+def test_a_run_without_kl_or_eval_still_gets_every_plot(tmp_path):
+    run_dir = tmp_path / "bare"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
+    assert run(parse(str(run_dir))) == 0
+    html = (run_dir / "report.html").read_text()
+    assert html.count(IMG_TAG) == len(PLOTS)
+    assert "No summary.json" in html and "No config.yaml" in html
+
+
+def test_a_missing_metrics_file_is_a_one_line_error_naming_it(tmp_path):
+    run_dir = tmp_path / "empty"
+    run_dir.mkdir()
+    with pytest.raises(DataError) as e:
+        run(parse(str(run_dir)))
+    message = str(e.value)
+    assert str(run_dir / "metrics.jsonl") in message and "not found" in message
+    assert "\n" not in message
+
+
+def test_a_malformed_metrics_line_is_an_error_naming_the_line(tmp_path):
+    run_dir = write_run(tmp_path / "run_a")
+    metrics = run_dir / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    lines[2] = '{"step": 3, "reward_mean": '
+    metrics.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"metrics\.jsonl line 3: invalid JSON") as e:
+        run(parse(str(run_dir)))
+    assert "\n" not in str(e.value)
+    assert not (run_dir / "report.html").exists()
+
+
+def test_the_standalone_entry_prints_user_errors_without_a_traceback(tmp_path, capsys):
+    from rlvr.commands.report import main
+
+    assert main([str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlvr: error: ") and "not a directory" in err
+    assert "Traceback" not in err
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+def test_headless_chromium_renders_the_report(tmp_path):
+    run_dir = write_run(tmp_path / "run_a")
+    run(parse(str(run_dir)))
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1200,2000",
+            (run_dir / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert shot.exists()
+    assert shot.stat().st_size > 50_000  # a blank 1200x2000 page is a few kB
