@@ -163,6 +163,8 @@ class EvalConfig:
     after: bool = _f(True, "evaluate the model after training")
     t1_samples: int = _f(4, "samples per problem at temperature 1 for pass1_t1", ge=1)
     max_new_tokens: int = _f(0, "completion limit in evaluation (0 = rollout.max_new_tokens)", ge=0)
+    k: int = _f(0, "also report pass@k and maj@k from k samples at T=1 (0 = off)", ge=0)
+    budgets: list[int] = _f([128, 256, 512], "report greedy accuracy within these token budgets")
 
 
 @dataclass

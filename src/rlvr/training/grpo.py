@@ -465,6 +465,8 @@ class GRPOTrainer:
             max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
             t1_samples=cfg.eval.t1_samples,
             seed=cfg.training.seed + 12345,
+            k=cfg.eval.k,
+            budgets=tuple(cfg.eval.budgets),
         )
 
     # -- the loop ------------------------------------------------------------------------------
