@@ -99,3 +99,10 @@ def test_every_example_config_validates():
     assert len(examples) >= 6
     for path in examples:
         load_config(path)
+
+
+def test_a_dataset_task_needs_a_path():
+    with pytest.raises(ConfigError, match="data.path: required when data.task is 'dataset'"):
+        load_config(None, ["data.task=dataset"])
+    cfg = load_config(None, ["data.task=dataset", "data.path=prompts.jsonl"])
+    assert cfg.data.path == "prompts.jsonl"

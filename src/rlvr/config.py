@@ -58,8 +58,25 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    task: str = _f("addition", "built-in procedural task", choices=["addition"])
+    task: str = _f(
+        "addition",
+        "built-in procedural task, or 'dataset' to read data.path",
+        choices=["addition", "dataset"],
+    )
     digits: int = _f(3, "operand digits of the addition task", ge=1, le=12)
+    path: str | None = _f(
+        None,
+        "prompt dataset: .jsonl/.json/.csv/.parquet, a saved HF dataset "
+        "directory, or a hub name (data.task=dataset)",
+    )
+    eval_path: str | None = _f(None, "held-out dataset (default: split off data.eval_fraction)")
+    eval_fraction: float = _f(0.1, "share of data.path held out when no eval_path", ge=0.0, lt=1.0)
+    prompt_field: str = _f("prompt", "dataset column holding the prompt")
+    answer_field: str = _f("answer", "dataset column holding the reference answer")
+    tests_field: str = _f("tests", "dataset column holding code tests")
+    system_field: str = _f("system", "dataset column holding a per-row system message")
+    source_field: str = _f("source", "dataset column naming the row's source (per-source eval)")
+    max_prompt_tokens: int = _f(0, "drop prompts longer than this many tokens (0 = keep all)", ge=0)
     system_prompt: str | None = _f(None, "system message, used only with a chat template")
     seed: int = _f(0, "seed of the prompt stream")
 
@@ -413,6 +430,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"training.mini_batch_size: must be a multiple of rollout.group_size = {g}, got {mb}"
         )
+    if cfg.data.task == "dataset" and not cfg.data.path:
+        raise ConfigError("data.path: required when data.task is 'dataset'")
     if cfg.reward.overlong_buffer >= cfg.rollout.max_new_tokens:
         raise ConfigError(
             f"reward.overlong_buffer: must be < rollout.max_new_tokens = "

@@ -160,3 +160,27 @@ def test_composite_reward_overlong_shaping_and_truncation_masking(tmp_path, tiny
     # a random model mostly runs to the length limit: the overlong penalty makes rewards negative
     assert rows[0]["truncated_fraction"] > 0.5
     assert rows[0]["reward_mean"] < 0
+
+
+@pytest.mark.slow
+def test_training_on_a_jsonl_prompt_dataset_with_mapped_fields(tmp_path, tiny_model_dir):
+    data = tmp_path / "prompts.jsonl"
+    rows = [{"question": f"{i}+{i}=", "solution": 2 * i} for i in range(40)]
+    rows.append({"question": "9" * 200, "solution": 0})  # too long: filtered out
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    run = _train(
+        tmp_path,
+        tiny_model_dir,
+        "training.steps=2",
+        "data.task=dataset",
+        f"data.path={data}",
+        "data.prompt_field=question",
+        "data.answer_field=solution",
+        "data.eval_fraction=0.25",
+        "data.max_prompt_tokens=50",
+        "checkpoint.save_final=false",
+    )
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["data_filter"]["dropped_train"] + summary["data_filter"]["dropped_eval"] == 1
+    assert summary["eval_before"]["n"] == 8
+    assert len(_metrics(run)) == 2

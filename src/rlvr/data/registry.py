@@ -16,4 +16,21 @@ def build_task(cfg: DataConfig) -> Any:
         from rlvr.data.tasks.addition import AdditionTask
 
         return AdditionTask(digits=cfg.digits, seed=cfg.seed)
+    if cfg.task == "dataset":
+        from rlvr.data.datasets import FieldMap, load_prompt_dataset
+
+        fields = FieldMap(
+            prompt=cfg.prompt_field,
+            answer=cfg.answer_field,
+            tests=cfg.tests_field,
+            system=cfg.system_field,
+            source=cfg.source_field,
+        )
+        return load_prompt_dataset(
+            cfg.path,
+            eval_path=cfg.eval_path,
+            eval_fraction=cfg.eval_fraction,
+            fields=fields,
+            seed=cfg.seed,
+        )
     raise ValueError(f"unknown task {cfg.task!r}")  # config validation makes this unreachable

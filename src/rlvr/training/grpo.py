@@ -183,7 +183,24 @@ class GRPOTrainer:
             self.optimizer, max(1, cfg.training.steps * self.updates_per_step), cfg.optimizer
         )
         self.pad_id = self.tokenizer.pad_token_id
-        self.heldout = self.task.heldout(cfg.eval.size) if cfg.eval.size else []
+        self.data_report: dict[str, Any] | None = None
+        if cfg.data.max_prompt_tokens and cfg.data.task == "dataset":
+            from rlvr.data.datasets import filter_long_prompts
+
+            report = filter_long_prompts(
+                self.task,
+                lambda text: len(self.encode({"prompt": text})),
+                cfg.data.max_prompt_tokens,
+            )
+            self.data_report = report
+            self.log(
+                f"data: dropped {report['dropped_train']} train and {report['dropped_eval']} "
+                f"held-out prompts ({report['reason']})"
+            )
+        eval_size = cfg.eval.size
+        if hasattr(self.task, "eval"):  # a dataset holds out what it holds out
+            eval_size = min(eval_size, len(self.task.eval))
+        self.heldout = self.task.heldout(eval_size) if eval_size else []
         self.step = 0
 
     # -- prompts -------------------------------------------------------------------------------
@@ -193,7 +210,7 @@ class GRPOTrainer:
             self.tokenizer,
             sample["prompt"],
             chat=self.chat,
-            system_prompt=self.cfg.data.system_prompt,
+            system_prompt=sample.get("system") or self.cfg.data.system_prompt,
         )
 
     # -- step 1-2: rollouts and rewards --------------------------------------------------------
@@ -484,6 +501,8 @@ class GRPOTrainer:
             wandb_mode=cfg.logging.wandb_mode,
         )
         summary: dict[str, Any] = {"model": cfg.model.name_or_path}
+        if self.data_report is not None:
+            summary["data_filter"] = self.data_report
         try:
             if cfg.eval.before and self.heldout:
                 summary["eval_before"] = self.run_eval()

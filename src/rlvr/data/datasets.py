@@ -1,0 +1,382 @@
+"""Prompt datasets read from files: the task behind `rlvr train` when data comes from disk.
+
+Formats (chosen by `load_rows` from the path):
+
+- `.jsonl`   one JSON object per non-blank line
+- `.json`    a JSON list of objects
+- `.csv`     a header row and one row per sample (`csv.DictReader`; every value is a string)
+- `.parquet` via pyarrow, or pandas when pyarrow is missing (`pip install 'rlvr[data]'`)
+- a directory saved with Hugging Face `datasets` `save_to_disk`, or a hub dataset name
+  (needs the `datasets` package, `pip install 'rlvr[data]'`; `split` picks the split)
+
+Each row becomes a sample dict with the keys the verifiers read, mapped through `FieldMap`::
+
+    {"id": "gsm8k-17", "prompt": "...", "answer": "42", "tests": [...], "fn_name": "...",
+     "system": "...", "source": "..."}
+
+Only "prompt" (a non-empty string) is required; the other keys appear when the row has them.
+A numeric answer is written as a string; `tests` given as a JSON string is parsed. Every row is
+validated before training starts, and a bad one raises `DataError` naming the file, row
+(1-based, counting data rows) and field.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr.errors import DataError
+
+DATA_EXTRA_HINT = "pip install 'rlvr[data]'"
+
+
+# --- reading rows -----------------------------------------------------------------------------
+
+
+def load_rows(path: str, *, split: str = "train") -> list[dict]:
+    """Every row of the dataset at `path` as a dict; DataError naming the file and row otherwise.
+
+    `split` only applies to Hugging Face datasets (a save_to_disk directory or a hub name).
+    """
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if p.is_dir():
+        return _check_objects(path, _load_hf(path, split))
+    if suffix in (".jsonl", ".json", ".csv", ".parquet"):
+        if not p.is_file():
+            raise DataError(f"{path}: file not found")
+        if suffix == ".jsonl":
+            return _load_jsonl(path)
+        if suffix == ".json":
+            return _load_json(path)
+        if suffix == ".csv":
+            return _load_csv(path)
+        return _check_objects(path, _load_parquet(path))
+    if not p.exists() and _looks_like_hub_name(path):
+        return _check_objects(path, _load_hf(path, split))
+    if not p.exists():
+        raise DataError(f"{path}: file not found")
+    raise DataError(
+        f"{path}: unknown dataset format {suffix or '(no extension)'!r} "
+        "(expected .jsonl, .json, .csv, .parquet or a Hugging Face datasets directory)"
+    )
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _load_jsonl(path: str) -> list[dict]:
+    rows: list[dict] = []
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path} line {number}: invalid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise DataError(
+                f"{path} row {len(rows) + 1}: expected an object, got {type(row).__name__}"
+            )
+        rows.append(row)
+    return rows
+
+
+def _load_json(path: str) -> list[dict]:
+    try:
+        data = json.loads(_read_text(path))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected a JSON list of objects, got {type(data).__name__}")
+    return _check_objects(path, data)
+
+
+def _load_csv(path: str) -> list[dict]:
+    text = _read_text(path)
+    try:
+        reader = csv.DictReader(text.splitlines())
+        return [dict(row) for row in reader]
+    except csv.Error as e:
+        raise DataError(f"{path}: invalid CSV ({e})") from None
+
+
+def _load_parquet(path: str) -> list[Any]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        pq = None
+    if pq is not None:
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as e:  # pyarrow raises several unrelated types for a bad file
+            raise DataError(f"{path}: cannot read Parquet ({e})") from None
+    try:
+        import pandas as pd
+    except ImportError:
+        raise DataError(
+            f"{path}: reading Parquet needs pyarrow ({DATA_EXTRA_HINT}, or pip install pyarrow)"
+        ) from None
+    try:
+        return pd.read_parquet(path).to_dict(orient="records")
+    except ImportError:
+        raise DataError(
+            f"{path}: reading Parquet needs pyarrow ({DATA_EXTRA_HINT}, or pip install pyarrow)"
+        ) from None
+    except Exception as e:
+        raise DataError(f"{path}: cannot read Parquet ({e})") from None
+
+
+def _looks_like_hub_name(path: str) -> bool:
+    """'owner/name' or 'name' with no file extension: worth asking the Hugging Face hub."""
+    parts = path.split("/")
+    return 1 <= len(parts) <= 2 and all(parts) and not os.path.splitext(path)[1]
+
+
+def _load_hf(path: str, split: str) -> list[Any]:
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(
+            f"{path}: loading a Hugging Face dataset needs the `datasets` package "
+            f"({DATA_EXTRA_HINT})"
+        ) from None
+    try:
+        if Path(path).is_dir():
+            ds = datasets.load_from_disk(path)
+        else:
+            ds = datasets.load_dataset(path, split=split)
+    except Exception as e:
+        raise DataError(f"{path}: cannot load Hugging Face dataset ({e})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise DataError(f"{path}: no split {split!r} (available: {', '.join(sorted(ds))})")
+        ds = ds[split]
+    return list(ds)
+
+
+def _check_objects(path: str, rows: Iterable[Any]) -> list[dict]:
+    out: list[dict] = []
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise DataError(f"{path} row {number}: expected an object, got {type(row).__name__}")
+        out.append(row)
+    return out
+
+
+# --- building samples -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    """Which dataset column feeds each sample key the verifiers read."""
+
+    prompt: str = "prompt"
+    answer: str = "answer"
+    tests: str = "tests"
+    system: str = "system"
+    source: str = "source"
+    fn_name: str = "fn_name"
+
+
+def _is_missing(value: Any) -> bool:
+    # None, and NaN (what pandas puts in empty cells).
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def build_sample(row: dict, fields: FieldMap, *, origin: str, row_number: int, name: str) -> dict:
+    """The sample for one row; DataError naming `origin`, the row and the field otherwise."""
+    where = f"{origin} row {row_number}"
+
+    prompt = row.get(fields.prompt)
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DataError(f"{where}: field {fields.prompt!r} (prompt) must be a non-empty string")
+    sample: dict[str, Any] = {"prompt": prompt}
+
+    answer = row.get(fields.answer)
+    if not _is_missing(answer):
+        if isinstance(answer, bool):
+            raise DataError(f"{where}: field {fields.answer!r} (answer) must be a string or number")
+        if isinstance(answer, (int, float)):
+            answer = str(answer)
+        sample["answer"] = answer
+
+    tests = row.get(fields.tests)
+    if not _is_missing(tests) and tests != "":
+        if isinstance(tests, str):
+            try:
+                tests = json.loads(tests)
+            except json.JSONDecodeError as e:
+                raise DataError(
+                    f"{where}: field {fields.tests!r} (tests) is a string but not valid JSON "
+                    f"({e.msg})"
+                ) from None
+        sample["tests"] = tests
+
+    for key, column in (
+        ("fn_name", fields.fn_name),
+        ("system", fields.system),
+        ("source", fields.source),
+    ):
+        value = row.get(column)
+        if _is_missing(value) or value == "":
+            continue
+        if not isinstance(value, str):
+            raise DataError(f"{where}: field {column!r} ({key}) must be a string")
+        sample[key] = value
+
+    row_id = row.get("id")
+    sample["id"] = f"{name}-{row_number}" if _is_missing(row_id) or row_id == "" else str(row_id)
+    return sample
+
+
+class PromptDataset:
+    """Prompts from a file, with the task interface the trainer uses.
+
+    sample_train(rng): a uniform draw from the training rows (deterministic for a seeded rng).
+    heldout(n): the first n evaluation rows, in a fixed order.
+
+    Rows are validated and mapped through `fields` on construction. `origin` (default `name`)
+    and the row numbers only shape error messages and default ids.
+    """
+
+    def __init__(
+        self,
+        train_rows: list[dict],
+        eval_rows: list[dict],
+        fields: FieldMap | None = None,
+        *,
+        name: str,
+        origin: str | None = None,
+        eval_origin: str | None = None,
+        train_row_numbers: list[int] | None = None,
+        eval_row_numbers: list[int] | None = None,
+    ) -> None:
+        self.name = name
+        self.source = name
+        self.fields = fields or FieldMap()
+        origin = origin or name
+        self.train = self._build(train_rows, origin, train_row_numbers)
+        self.eval = self._build(eval_rows, eval_origin or origin, eval_row_numbers)
+
+    def _build(self, rows: list[dict], origin: str, numbers: list[int] | None) -> list[dict]:
+        numbers = numbers or list(range(1, len(rows) + 1))
+        return [
+            build_sample(row, self.fields, origin=origin, row_number=n, name=self.name)
+            for row, n in zip(rows, numbers, strict=True)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.train)
+
+    def sample_train(self, rng: random.Random) -> dict:
+        if not self.train:
+            raise DataError(f"{self.name}: no training rows left")
+        return dict(self.train[rng.randrange(len(self.train))])
+
+    def heldout(self, n: int) -> list[dict]:
+        if n > len(self.eval):
+            raise ValueError(
+                f"{self.name}: asked for {n} held-out prompts, only {len(self.eval)} exist"
+            )
+        return [dict(s) for s in self.eval[:n]]
+
+
+def load_prompt_dataset(
+    path: str,
+    *,
+    eval_path: str | None = None,
+    eval_fraction: float = 0.1,
+    fields: FieldMap | None = None,
+    seed: int = 0,
+    split: str = "train",
+    eval_split: str | None = None,
+) -> PromptDataset:
+    """Read, validate and split a prompt dataset.
+
+    With `eval_path`, that file is the held-out set (in file order). Otherwise a seeded shuffle
+    sets aside round(eval_fraction * rows) rows (at least 1 when eval_fraction > 0 and there
+    are 2+ rows); eval_fraction 0 means no held-out rows. Every row is validated here, so a bad
+    row fails before training starts.
+    """
+    fields = fields or FieldMap()
+    if not 0.0 <= eval_fraction < 1.0:
+        raise DataError(f"{path}: eval_fraction must be in [0, 1), got {eval_fraction}")
+    name = _dataset_name(path)
+    rows = load_rows(path, split=split)
+    if not rows:
+        raise DataError(f"{path}: no rows (expected at least one prompt)")
+
+    if eval_path is not None:
+        eval_rows = load_rows(eval_path, split=eval_split or split)
+        if not eval_rows:
+            raise DataError(f"{eval_path}: no rows (expected at least one prompt)")
+        return PromptDataset(
+            rows,
+            eval_rows,
+            fields,
+            name=name,
+            origin=path,
+            eval_origin=eval_path,
+        )
+
+    numbers = list(range(1, len(rows) + 1))
+    # Validate every row in file order first, so the first bad row is the one reported.
+    for row, n in zip(rows, numbers):
+        build_sample(row, fields, origin=path, row_number=n, name=name)
+    n_eval = 0
+    if eval_fraction > 0 and len(rows) >= 2:
+        n_eval = min(len(rows) - 1, max(1, round(eval_fraction * len(rows))))
+    order = list(range(len(rows)))
+    random.Random(f"rlvr-dataset-split-{seed}").shuffle(order)
+    eval_idx, train_idx = order[:n_eval], sorted(order[n_eval:])
+    return PromptDataset(
+        [rows[i] for i in train_idx],
+        [rows[i] for i in eval_idx],
+        fields,
+        name=name,
+        origin=path,
+        train_row_numbers=[numbers[i] for i in train_idx],
+        eval_row_numbers=[numbers[i] for i in eval_idx],
+    )
+
+
+def _dataset_name(path: str) -> str:
+    p = Path(path.rstrip("/"))
+    return (p.stem if p.suffix else p.name) or "dataset"
+
+
+def filter_long_prompts(
+    dataset: PromptDataset, count_tokens: Callable[[str], int], max_tokens: int
+) -> dict:
+    """Drop train and eval rows whose prompt is longer than `max_tokens`; report the counts.
+
+    Raises DataError when no training row is left.
+    """
+    train = [s for s in dataset.train if count_tokens(s["prompt"]) <= max_tokens]
+    evals = [s for s in dataset.eval if count_tokens(s["prompt"]) <= max_tokens]
+    report = {
+        "dropped_train": len(dataset.train) - len(train),
+        "dropped_eval": len(dataset.eval) - len(evals),
+        "reason": f"prompt longer than {max_tokens} tokens",
+    }
+    if not train:
+        raise DataError(
+            f"{dataset.name}: every training prompt is longer than {max_tokens} tokens "
+            "(raise the prompt length limit)"
+        )
+    dataset.train, dataset.eval = train, evals
+    return report
