@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from rlvr import __version__
+from rlvr.commands import dispatch
 from rlvr.errors import UserError
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "samples", "final", "checkpoints")
@@ -152,16 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     _quiet_transformers()
-    try:
-        return args.func(args)
-    except UserError as e:
-        if getattr(args, "debug", False):
-            raise
-        print(f"rlvr: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("rlvr: interrupted", file=sys.stderr)
-        return 130
+    return dispatch(args)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlvr.errors import UserError
+from rlvr.commands import standalone_main
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -45,16 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (`python -m rlvr.commands.report`), with the CLI's error handling."""
-    parser = argparse.ArgumentParser(prog="rlvr")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["report", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return run(args)
-    except UserError as e:
-        if args.debug:
-            raise
-        print(f"rlvr: error: {e}", file=sys.stderr)
-        return 2
+    return standalone_main("report", add_parser, argv)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from rlvr.commands import standalone_main
 from rlvr.errors import DataError, UserError
 
 CHUNK = 256  # samples scored between writes
@@ -176,16 +177,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (`python -m rlvr.commands.verify`), with the CLI's error handling."""
-    parser = argparse.ArgumentParser(prog="rlvr")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["verify", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return run(args)
-    except UserError as e:
-        if args.debug:
-            raise
-        print(f"rlvr: error: {e}", file=sys.stderr)
-        return 2
+    return standalone_main("verify", add_parser, argv)
 
 
 if __name__ == "__main__":

@@ -290,7 +290,8 @@ class GRPOTrainer:
     def _temperature(self) -> float:
         return self.cfg.rollout.temperature if self.cfg.rollout.temperature > 0 else 1.0
 
-    def update(self, scored: ScoredRollouts) -> dict[str, float]:
+    def update(self, scored: ScoredRollouts) -> tuple[dict[str, float], torch.Tensor]:
+        """Optimise on one scored batch; returns the step's stats and the advantages used."""
         cfg, alg = self.cfg, self.cfg.algorithm
         batch = scored.batch
         tokens = make_token_batch(batch.prompt_ids, batch.completion_ids, self.pad_id)
@@ -408,8 +409,7 @@ class GRPOTrainer:
         stats["tokens_per_s_train"] = (
             float(mask.sum()) * cfg.training.ppo_epochs / max(timings["time_update_s"], 1e-9)
         )
-        self._last_advantages = advantages
-        return stats
+        return stats, advantages
 
     def _advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
         alg = self.cfg.algorithm
@@ -516,14 +516,15 @@ class GRPOTrainer:
                 scored = self.collect()
                 metrics: dict[str, Any] = {"step": self.step}
                 metrics.update(self.rollout_metrics(scored))
-                metrics.update(self.update(scored))
+                stats, advantages = self.update(scored)
+                metrics.update(stats)
                 metrics["time_generate_s"] = scored.time_generate_s
                 metrics["time_score_s"] = scored.time_score_s
                 metrics["tokens_per_s_rollout"] = sum(scored.batch.completion_lengths) / max(
                     scored.time_generate_s, 1e-9
                 )
                 if cfg.logging.samples_every and self.step % cfg.logging.samples_every == 0:
-                    self.write_samples(scored, self._last_advantages)
+                    self.write_samples(scored, advantages)
                 last = self.step == cfg.training.steps
                 periodic = cfg.eval.every and self.step % cfg.eval.every == 0
                 if periodic and self.heldout and not (last and cfg.eval.after):
