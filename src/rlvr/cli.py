@@ -21,6 +21,8 @@ from rlvr import __version__
 from rlvr.commands import dispatch
 from rlvr.errors import UserError
 
+# Subcommands beyond `train`, in --help order; each is rlvr/commands/NAME.py with add_parser().
+SUBCOMMANDS = ("sft", "sample", "distill", "pipeline", "eval", "verify", "report")
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "samples", "final", "checkpoints")
 
 
@@ -73,12 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     train.set_defaults(func=cmd_train)
 
-    from rlvr.commands import eval as eval_command
-    from rlvr.commands import report, verify
+    import importlib
+    import importlib.util
 
-    verify.add_parser(sub)
-    eval_command.add_parser(sub)
-    report.add_parser(sub)
+    for name in SUBCOMMANDS:
+        module_name = f"rlvr.commands.{name}"
+        if importlib.util.find_spec(module_name) is not None:
+            importlib.import_module(module_name).add_parser(sub)
     return parser
 
 
@@ -119,7 +122,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     build_verifier(cfg.reward.verifier)
     check_available(cfg.logging.report_to)
     run_dir = check_run_dir(args.output_dir, args.overwrite)
-    resolve_model_path(cfg.model.name_or_path)
+    resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
 
     from rlvr.training.grpo import GRPOTrainer
 

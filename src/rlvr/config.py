@@ -54,6 +54,15 @@ class ModelConfig:
     )
     trust_remote_code: bool = _f(False, "passed to transformers Auto classes")
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the policy update")
+    gguf_file: str | None = _f(
+        None, "GGUF weights inside name_or_path (loaded through transformers; needs 'gguf')"
+    )
+    lora_rank: int = _f(0, "LoRA rank r (0 = full fine-tuning); needs the 'lora' extra", ge=0)
+    lora_alpha: float = _f(16.0, "LoRA scaling alpha (update scale alpha / r)", gt=0.0)
+    lora_dropout: float = _f(0.0, "dropout on the LoRA input", ge=0.0, lt=1.0)
+    lora_target_modules: list[str] = _f(
+        ["all-linear"], "modules that get adapters: 'all-linear' or names like q_proj, v_proj"
+    )
 
 
 @dataclass
@@ -224,8 +233,9 @@ class Config:
 # Building and validating
 
 
-def all_keys(cls: type = Config, prefix: str = "") -> list[str]:
+def all_keys(cls: type = None, prefix: str = "") -> list[str]:
     """Every dotted leaf key of the tree, e.g. 'rollout.group_size'."""
+    cls = Config if cls is None else cls
     keys = []
     for f in dataclasses.fields(cls):
         sub = _dataclass_type(cls, f)
@@ -338,7 +348,8 @@ def _check_constraints(key: str, value: Any, meta: typing.Mapping[str, Any]) -> 
             raise ConfigError(f"{key}: must be {word} {meta[op]}, got {value!r}")
 
 
-def _build(cls: type, data: Any, prefix: str) -> Any:
+def _build(cls: type, data: Any, prefix: str, root: type | None = None) -> Any:
+    root = root or cls
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -347,13 +358,13 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
     for name in data:
         if name not in fields:
             full = f"{prefix}{name}"
-            raise ConfigError(f"unknown config key '{full}'{_suggest(full, all_keys())}")
+            raise ConfigError(f"unknown config key '{full}'{_suggest(full, all_keys(root))}")
     kwargs = {}
     for name, f in fields.items():
         key = prefix + name
         sub = _dataclass_type(cls, f)
         if sub is not None:
-            kwargs[name] = _build(sub, data.get(name), key + ".")
+            kwargs[name] = _build(sub, data.get(name), key + ".", root)
         elif name in data:
             value = _coerce(key, data[name], _field_types(cls)[name])
             _check_constraints(key, value, f.metadata)
@@ -385,9 +396,21 @@ def _set_dotted(tree: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read YAML (optional), apply dotted overrides, validate everything, return the tree."""
-    tree: dict = {}
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    schema: type | None = None,
+    tree: dict | None = None,
+) -> Any:
+    """Read YAML (optional), apply dotted overrides, validate everything, return the tree.
+
+    `schema` is the dataclass tree to build (default: the RL run's `Config`; `rlvr sft` and
+    `rlvr sample` have their own). A schema class with a `validate(self)` method gets it called
+    for cross-field checks. `tree` is a mapping to start from instead of a file (pipelines).
+    """
+    schema = Config if schema is None else schema
+    tree = dict(tree or {})
     if path is not None:
         p = Path(path)
         if not p.is_file():
@@ -400,14 +423,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"config file {p}{where}: invalid YAML") from None
         if not isinstance(tree, dict):
             raise ConfigError(f"config file {p}: expected a mapping of sections at the top level")
-    valid = set(all_keys())
+    valid = set(all_keys(schema))
     for text in overrides or []:
         key, value = parse_override(text)
         if key not in valid:
             raise ConfigError(f"unknown config key '{key}'{_suggest(key, sorted(valid))}")
         _set_dotted(tree, key, value)
-    cfg = _build(Config, tree, "")
-    validate(cfg)
+    cfg = _build(schema, tree, "")
+    if schema is Config:
+        validate(cfg)
+    elif hasattr(cfg, "validate"):
+        cfg.validate()
     return cfg
 
 
@@ -439,6 +465,13 @@ def validate(cfg: Config) -> None:
         )
     if cfg.algorithm.kl_in_reward and cfg.algorithm.kl_coef == 0:
         raise ConfigError("algorithm.kl_in_reward: needs algorithm.kl_coef > 0")
+    validate_model(cfg.model)
+
+
+def validate_model(model: ModelConfig) -> None:
+    """Checks of the model section shared by every command that trains one."""
+    if model.gguf_file and model.name_or_path == "embedded":
+        raise ConfigError("model.gguf_file: set model.name_or_path to the directory holding it")
 
 
 def to_dict(cfg: Any) -> dict:
@@ -449,8 +482,9 @@ def dump_yaml(cfg: Config, path: Path) -> None:
     path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
-def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, str]]:
+def describe(cls: type | None = None, prefix: str = "") -> list[tuple[str, Any, str]]:
     """(dotted key, default, help) for every leaf, in declaration order: the `--help` listing."""
+    cls = Config if cls is None else cls
     rows = []
     instance = cls()
     for f in dataclasses.fields(cls):

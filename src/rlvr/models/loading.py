@@ -31,8 +31,11 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def resolve_model_path(name_or_path: str) -> str:
-    """'embedded' -> the shipped tiny base model; a path must exist; anything else is a hub id."""
+def resolve_model_path(name_or_path: str, gguf_file: str | None = None) -> str:
+    """'embedded' -> the shipped tiny base model; a path must exist; anything else is a hub id.
+
+    With `gguf_file`, a local directory must hold that file instead of a config.json.
+    """
     if name_or_path == EMBEDDED:
         from rlvr.models.embedded import embedded_model_path
 
@@ -48,6 +51,10 @@ def resolve_model_path(name_or_path: str) -> str:
             raise ModelLoadError(
                 f"model.name_or_path: {path} is a file; expected a model directory"
             )
+        if gguf_file:
+            if not (path / gguf_file).is_file():
+                raise ModelLoadError(f"model.gguf_file: {path / gguf_file} not found")
+            return str(path)
         if not (path / "config.json").is_file():
             raise ModelLoadError(
                 f"model.name_or_path: {path} has no config.json; expected a directory written by "
@@ -59,12 +66,17 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
-def load_tokenizer(name_or_path: str, trust_remote_code: bool = False) -> Any:
+def load_tokenizer(
+    name_or_path: str, trust_remote_code: bool = False, gguf_file: str | None = None
+) -> Any:
     from transformers import AutoTokenizer
 
-    path = resolve_model_path(name_or_path)
+    path = resolve_model_path(name_or_path, gguf_file)
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(
+            path, trust_remote_code=trust_remote_code, **extra
+        )
     except (OSError, ValueError) as e:
         raise ModelLoadError(
             f"model.name_or_path: cannot load a tokenizer from '{path}': {_first_line(e)}"
@@ -80,16 +92,23 @@ def load_model(
     """An AutoModelForCausalLM on `device` in `dtype`; in train mode unless `train=False`."""
     from transformers import AutoModelForCausalLM
 
-    path = resolve_model_path(cfg.name_or_path)
+    path = resolve_model_path(cfg.name_or_path, cfg.gguf_file)
+    extra = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, trust_remote_code=cfg.trust_remote_code
+            path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **extra
         )
     except (OSError, ValueError) as e:
         raise ModelLoadError(
             f"model.name_or_path: cannot load a causal LM from '{path}': {_first_line(e)}"
         ) from None
     model.to(device)
+    if cfg.gguf_file:
+        model._rlvr_from_gguf = True  # transformers refuses save_pretrained; see checkpoint.py
+    if cfg.lora_rank and train:
+        from rlvr.models.lora import apply_lora
+
+        model = apply_lora(model, cfg)
     if cfg.gradient_checkpointing and train:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False

@@ -155,7 +155,9 @@ class GRPOTrainer:
         )
         self.scorer = Scorer(self.verifier, self.pool)
         self.task = build_task(cfg.data)
-        self.tokenizer = load_tokenizer(cfg.model.name_or_path, cfg.model.trust_remote_code)
+        self.tokenizer = load_tokenizer(
+            cfg.model.name_or_path, cfg.model.trust_remote_code, cfg.model.gguf_file
+        )
         self.chat = uses_chat_template(self.tokenizer, cfg.model.chat_template)
         self.model = load_model(cfg.model, self.device, self.dtype, train=True)
         # beta = 0 loads no reference model at all.
