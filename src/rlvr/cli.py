@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="replace the files of an earlier run in --output-dir",
     )
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --output-dir from its latest checkpoint (checkpoint.every > 0); "
+        "the config must match the run's config.yaml",
+    )
     train.add_argument("--quiet", action="store_true", help="no progress bar and no eval lines")
     train.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     train.set_defaults(func=cmd_train)
@@ -101,6 +107,40 @@ def check_run_dir(output_dir: str | None, overwrite: bool) -> Path:
     return run_dir
 
 
+def check_resumable(output_dir: str | None, cfg: object) -> Path:
+    """The run directory to resume: it must exist and hold the same config (dotted diff named)."""
+    import yaml
+
+    from rlvr.config import to_dict
+
+    if not output_dir:
+        raise UserError("--resume: needs --output-dir, the run directory to continue")
+    run_dir = Path(output_dir)
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.is_file():
+        raise UserError(f"--resume: {saved_path} not found; nothing to resume")
+    saved = yaml.safe_load(saved_path.read_text()) or {}
+    diff = config_diff(saved, to_dict(cfg))
+    if diff:
+        raise UserError(
+            f"--resume: the config differs from {saved_path} at {', '.join(diff[:5])}; "
+            "resume with the same config"
+        )
+    return run_dir
+
+
+def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested mappings."""
+    keys = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            keys += config_diff(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            keys.append(prefix + k)
+    return keys
+
+
 def create_run_dir(run_dir: Path) -> None:
     """Create the directory, removing an earlier run's files (only reached with --overwrite)."""
     for name in RUN_FILES:
@@ -121,15 +161,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     # Everything that can be checked without loading weights is checked before the run starts.
     build_verifier(cfg.reward.verifier)
     check_available(cfg.logging.report_to)
-    run_dir = check_run_dir(args.output_dir, args.overwrite)
+    if args.resume:
+        run_dir = check_resumable(args.output_dir, cfg)
+    else:
+        run_dir = check_run_dir(args.output_dir, args.overwrite)
     resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
 
     from rlvr.training.grpo import GRPOTrainer
 
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    trainer = GRPOTrainer(cfg, run_dir, progress=not args.quiet, log=log)
+    trainer = GRPOTrainer(cfg, run_dir, progress=not args.quiet, log=log, resume=args.resume)
     # Created only once the model has loaded: a failed start leaves nothing behind.
-    create_run_dir(run_dir)
+    if not args.resume:
+        create_run_dir(run_dir)
     summary = trainer.train()
     log(f"run directory: {run_dir}  ({summary['steps']} steps, {summary['wall_seconds']:.0f} s)")
     return 0

@@ -36,7 +36,6 @@ def save_model(model: Any, tokenizer: Any, path: Path) -> None:
         tmp.rename(path)
 
 
-
 def _plain(model: Any) -> Any:
     """`model`, or a same-config copy of it when it was loaded from GGUF (not saveable)."""
     if not getattr(model, "_rlvr_from_gguf", False):
@@ -47,3 +46,100 @@ def _plain(model: Any) -> Any:
     fresh.load_state_dict(model.state_dict())
     fresh.generation_config = model.generation_config
     return fresh
+
+
+# --- resumable training checkpoints -------------------------------------------------------------
+#
+# RUN_DIR/checkpoints/step-N/ holds the model in HF format (loadable on its own) plus
+# trainer_state.pt: the exact weights being trained (for LoRA, base + adapters), optimizer,
+# scheduler, step and every RNG, so a resumed run continues bit-for-bit where it stopped.
+# A checkpoint directory counts only once trainer_state.pt is in it; the state file is written
+# last and atomically, so a crash mid-save leaves the previous checkpoint as the latest.
+
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "trainer_state.pt"
+
+
+def save_checkpoint(
+    run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict, keep_last: int
+) -> Path:
+    """Write checkpoints/step-`step`; keep only the newest `keep_last` complete ones."""
+    import torch
+
+    path = Path(run_dir) / CHECKPOINTS / f"step-{step}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_model(model, tokenizer, path)
+    payload = {"step": step, "model": model.state_dict(), **state}
+    tmp = path / (STATE_FILE + ".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path / STATE_FILE)
+    for old in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old)
+    return path
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints (with trainer_state.pt), oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        name = p.name
+        if name.startswith("step-") and name[5:].isdigit() and (p / STATE_FILE).is_file():
+            found.append((int(name[5:]), p))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def load_checkpoint_state(path: Path) -> dict:
+    import torch
+
+    return torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+def rng_state(python_rngs: dict[str, Any], torch_gens: dict[str, Any]) -> dict:
+    """RNG states to store: random.Random objects and torch.Generators by name, plus global."""
+    import torch
+
+    return {
+        "python": {k: r.getstate() for k, r in python_rngs.items()},
+        "torch_gens": {k: g.get_state() for k, g in torch_gens.items()},
+        "torch_global": torch.get_rng_state(),
+    }
+
+
+def restore_rng_state(state: dict, python_rngs: dict[str, Any], torch_gens: dict[str, Any]):
+    import torch
+
+    for k, r in python_rngs.items():
+        r.setstate(state["python"][k])
+    for k, g in torch_gens.items():
+        g.set_state(state["torch_gens"][k])
+    torch.set_rng_state(state["torch_global"])
+
+
+def truncate_jsonl(path: Path, last_step: int) -> None:
+    """Drop rows with "step" > last_step (a resumed run rewrites the steps after its checkpoint)."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by the crash
+        if row.get("step", 0) <= last_step:
+            keep.append(line)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    tmp.replace(path)

@@ -47,6 +47,7 @@ from rlvr.models.loading import (
     resolve_dtype,
     uses_chat_template,
 )
+from rlvr.models.lora import is_lora, reference_context
 from rlvr.observe.diagnostics import diagnose
 from rlvr.observe.loggers import build_loggers
 from rlvr.observe.metrics import JsonlWriter, Progress, memory_metrics, percentile
@@ -55,7 +56,15 @@ from rlvr.rewards.exact import is_reasoning
 from rlvr.rewards.length import overlong_penalties
 from rlvr.rewards.pool import VerifierPool
 from rlvr.rollout import HFEngine, RolloutBatch, SamplingParams
-from rlvr.training.checkpoint import save_model
+from rlvr.training.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint_state,
+    restore_rng_state,
+    rng_state,
+    save_checkpoint,
+    save_model,
+    truncate_jsonl,
+)
 from rlvr.training.evaluate import evaluate
 from rlvr.training.logprobs import TokenBatch, completion_logprobs, make_token_batch
 from rlvr.training.optim import build_optimizer, build_scheduler
@@ -135,8 +144,10 @@ class GRPOTrainer:
         *,
         progress: bool = True,
         log: Callable[[str], None] = print,
+        resume: bool = False,
     ) -> None:
         self.cfg = cfg
+        self.resume = resume
         self.run_dir = run_dir
         self.log = log
         self.show_progress = progress and cfg.logging.progress
@@ -160,10 +171,12 @@ class GRPOTrainer:
         )
         self.chat = uses_chat_template(self.tokenizer, cfg.model.chat_template)
         self.model = load_model(cfg.model, self.device, self.dtype, train=True)
-        # beta = 0 loads no reference model at all.
+        # beta = 0 needs no reference at all; with LoRA the reference is the policy's own frozen
+        # base with its adapters switched off, so no second copy of the weights is held.
+        self.use_ref = cfg.algorithm.kl_coef > 0
         self.ref_model = (
             load_model(cfg.model, self.device, self.dtype, train=False)
-            if cfg.algorithm.kl_coef > 0
+            if self.use_ref and not is_lora(self.model)
             else None
         )
         self.engine = HFEngine(
@@ -230,6 +243,8 @@ class GRPOTrainer:
         max_rounds = 1 + (
             cfg.algorithm.max_sampling_rounds if cfg.algorithm.dynamic_sampling else 0
         )
+        if hasattr(self.task, "on_step"):  # curricula: difficulty may follow training progress
+            self.task.on_step(self.step, cfg.training.steps)
         while len(rounds) < max_rounds and len(kept) < want:
             samples = [self.task.sample_train(self.prompt_rng) for _ in range(want)]
             t0 = time.perf_counter()
@@ -243,6 +258,8 @@ class GRPOTrainer:
             )
             t_score += time.perf_counter() - t0
             failures += f
+            if hasattr(self.task, "observe"):  # adaptive curricula see the verifier's rewards
+                self.task.observe([samples[i] for i in batch.prompt_index], rewards)
             if cfg.reward.overlong_buffer:
                 penalties = overlong_penalties(
                     batch.completion_lengths,
@@ -289,6 +306,51 @@ class GRPOTrainer:
             out[idx, : sub.completion_width] = lp.float().cpu()
         return out
 
+    def _reference_logprobs(self, tokens: TokenBatch) -> torch.Tensor:
+        if self.ref_model is not None:
+            return self._logprobs_no_grad(self.ref_model, tokens)
+        with reference_context(self.model) as base:
+            return self._logprobs_no_grad(base, tokens)
+
+    # -- resumable checkpoints -----------------------------------------------------------------
+
+    def _rngs(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {"prompt": self.prompt_rng}, {"sample": self.sample_gen, "shuffle": self.shuffle_gen}
+
+    def _save_checkpoint(self, history: list[dict], eval_before: Any) -> None:
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng_state(*self._rngs()),
+            "task": self.task.state_dict() if hasattr(self.task, "state_dict") else None,
+            "history": history,
+            "eval_before": eval_before,
+        }
+        save_checkpoint(
+            self.run_dir,
+            self.step,
+            self.model,
+            self.tokenizer,
+            state,
+            self.cfg.checkpoint.keep_last,
+        )
+
+    def _restore(self) -> dict | None:
+        """Load the latest complete checkpoint of run_dir, if any; None means start afresh."""
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            return None
+        state = load_checkpoint_state(path)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        restore_rng_state(state["rng"], *self._rngs())
+        if state.get("task") is not None and hasattr(self.task, "load_state_dict"):
+            self.task.load_state_dict(state["task"])
+        self.step = state["step"]
+        truncate_jsonl(self.run_dir / "metrics.jsonl", self.step)
+        return state
+
     def _temperature(self) -> float:
         return self.cfg.rollout.temperature if self.cfg.rollout.temperature > 0 else 1.0
 
@@ -305,9 +367,7 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         need_old = self.updates_per_step > 1 or alg.kl_in_reward
         old_lp = self._logprobs_no_grad(self.model, tokens) if need_old else None
-        ref_lp = (
-            self._logprobs_no_grad(self.ref_model, tokens) if self.ref_model is not None else None
-        )
+        ref_lp = self._reference_logprobs(tokens) if self.use_ref else None
         timings["time_logprobs_s"] = time.perf_counter() - t0
 
         rewards = scored.rewards
@@ -493,6 +553,8 @@ class GRPOTrainer:
     def train(self) -> dict[str, Any]:
         cfg = self.cfg
         start = time.perf_counter()
+        # Restored before metrics.jsonl is opened: resuming truncates it to the checkpoint's step.
+        restored = self._restore() if self.resume else None
         dump_yaml(cfg, self.run_dir / "config.yaml")
         writer = JsonlWriter(self.run_dir / "metrics.jsonl")
         sinks = build_loggers(
@@ -505,15 +567,23 @@ class GRPOTrainer:
         summary: dict[str, Any] = {"model": cfg.model.name_or_path}
         if self.data_report is not None:
             summary["data_filter"] = self.data_report
+        history: list[dict[str, Any]] = []
+        first_step = 1
+        if restored is not None:
+            first_step = restored["step"] + 1
+            history = restored["history"]
+            if restored.get("eval_before") is not None:
+                summary["eval_before"] = restored["eval_before"]
+            summary["resumed_from_step"] = restored["step"]
+            self.log(f"resumed from checkpoint at step {restored['step']}")
         try:
-            if cfg.eval.before and self.heldout:
+            if cfg.eval.before and self.heldout and restored is None:
                 summary["eval_before"] = self.run_eval()
                 sinks.log({f"eval/{k}": v for k, v in summary["eval_before"].items()}, 0)
                 self.log(_eval_line("before", summary["eval_before"]))
-            progress = Progress(cfg.training.steps, self.show_progress)
-            history: list[dict[str, Any]] = []
+            progress = Progress(cfg.training.steps - first_step + 1, self.show_progress)
             warned: set[str] = set()
-            for self.step in range(1, cfg.training.steps + 1):
+            for self.step in range(first_step, cfg.training.steps + 1):
                 t_step = time.perf_counter()
                 scored = self.collect()
                 metrics: dict[str, Any] = {"step": self.step}
@@ -545,6 +615,8 @@ class GRPOTrainer:
                 writer.write(metrics)
                 sinks.log(metrics, self.step)
                 progress.update(metrics)
+                if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0:
+                    self._save_checkpoint(history, summary.get("eval_before"))
             progress.close()
             if cfg.eval.after and self.heldout:
                 summary["eval_after"] = self.run_eval()
