@@ -195,7 +195,17 @@ def _quiet_transformers() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may come after options (`--output-dir D a.b=1`); argparse leaves a
+    # positional list that resumes after options unparsed, so it is collected here.
+    if (
+        extra
+        and hasattr(args, "overrides")
+        and all("=" in e and not e.startswith("-") for e in extra)
+    ):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 0

@@ -83,28 +83,11 @@ def evaluate_model(
 ) -> dict[str, float]:
     """Load one model and score it on `samples` with evaluate(k=args.k)."""
     from rlvr.config import ModelConfig
-    from rlvr.models.loading import (
-        encode_prompt,
-        load_model,
-        load_tokenizer,
-        resolve_device,
-        resolve_dtype,
-        uses_chat_template,
-    )
-    from rlvr.rollout.hf_engine import HFEngine
-    from rlvr.training.evaluate import evaluate
+    from rlvr.training.evaluate import evaluate_model as evaluate_checkpoint
 
-    cfg = ModelConfig(name_or_path=name, device=args.device)
-    device = resolve_device(cfg.device)
-    tokenizer = load_tokenizer(name)
-    model = load_model(cfg, device, resolve_dtype(cfg.dtype, device), train=False)
-    chat = uses_chat_template(tokenizer, cfg.chat_template)
-    prompts = [encode_prompt(tokenizer, s["prompt"], chat=chat) for s in samples]
-    engine = HFEngine(model, tokenizer)
-    return evaluate(
-        engine,
+    return evaluate_checkpoint(
+        ModelConfig(name_or_path=name, device=args.device),
         samples,
-        prompts,
         verifier,
         max_new_tokens=args.max_new_tokens,
         t1_samples=T1_SAMPLES,

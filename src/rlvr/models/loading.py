@@ -12,6 +12,7 @@ from rlvr.config import ModelConfig
 from rlvr.errors import ModelLoadError
 
 EMBEDDED = "embedded"
+EMBEDDED_SMALL = "embedded-small"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -36,10 +37,10 @@ def resolve_model_path(name_or_path: str, gguf_file: str | None = None) -> str:
 
     With `gguf_file`, a local directory must hold that file instead of a config.json.
     """
-    if name_or_path == EMBEDDED:
+    if name_or_path in (EMBEDDED, EMBEDDED_SMALL):
         from rlvr.models.embedded import embedded_model_path
 
-        return str(embedded_model_path())
+        return str(embedded_model_path("base" if name_or_path == EMBEDDED else "small"))
     looks_like_path = (
         name_or_path.startswith((".", "/", "~"))
         or os.sep in name_or_path.strip("/").split("/", 1)[-1]

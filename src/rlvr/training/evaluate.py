@@ -145,3 +145,54 @@ def _budget_metrics(
 
 def _mean(values: Sequence[float | bool | int]) -> float:
     return float(sum(values)) / len(values) if values else 0.0
+
+
+def evaluate_model(
+    model_cfg: Any,
+    samples: Sequence[Mapping[str, Any]],
+    verifier: Callable[[str, Mapping[str, Any]], float],
+    *,
+    max_new_tokens: int,
+    t1_samples: int = 4,
+    seed: int = 0,
+    k: int = 0,
+    budgets: Sequence[int] = (128, 256, 512),
+    system_prompt: str | None = None,
+) -> dict[str, float]:
+    """Load the model of `model_cfg` (a ModelConfig) for inference and `evaluate` it; the
+    result also carries `num_parameters`. The model is released when this returns."""
+    from rlvr.models.loading import (
+        encode_prompt,
+        load_model,
+        load_tokenizer,
+        resolve_device,
+        resolve_dtype,
+        uses_chat_template,
+    )
+    from rlvr.rollout.hf_engine import HFEngine
+
+    device = resolve_device(model_cfg.device)
+    tokenizer = load_tokenizer(
+        model_cfg.name_or_path, model_cfg.trust_remote_code, model_cfg.gguf_file
+    )
+    model = load_model(model_cfg, device, resolve_dtype(model_cfg.dtype, device), train=False)
+    chat = uses_chat_template(tokenizer, model_cfg.chat_template)
+    prompts = [
+        encode_prompt(
+            tokenizer, s["prompt"], chat=chat, system_prompt=s.get("system") or system_prompt
+        )
+        for s in samples
+    ]
+    metrics = evaluate(
+        HFEngine(model, tokenizer),
+        samples,
+        prompts,
+        verifier,
+        max_new_tokens=max_new_tokens,
+        t1_samples=t1_samples,
+        seed=seed,
+        k=k,
+        budgets=budgets,
+    )
+    metrics["num_parameters"] = sum(p.numel() for p in model.parameters())
+    return metrics

@@ -1,7 +1,10 @@
-"""The embedded base model: a ~0.5M-parameter Llama pretrained on 3-digit addition.
+"""The embedded models: tiny Llamas pretrained on 3-digit addition, shipped in the package.
 
-It ships inside the package (`base/`), so `rlvr train` needs no download. See
-docs/embedded-model.md for what it was trained on and what it measures.
+- `base/` (model name "embedded"): 0.53M parameters, the model `rlvr train` starts from.
+- `small/` ("embedded-small"): 0.14M parameters (hidden 64, 4 heads), pretrained the same way;
+  the default student of `rlvr distill`, smaller than its teacher.
+
+Neither needs a download. See docs/embedded-model.md for what they were trained on and measure.
 """
 
 from __future__ import annotations
@@ -11,7 +14,13 @@ from pathlib import Path
 
 EMBEDDED_MODEL_NAME = "embedded:addition"
 EMBEDDED_MODEL_VERSION = "1"
-_SHIPPED_DIR = Path(__file__).resolve().parent / "base"
+_HERE = Path(__file__).resolve().parent
+# variant -> build.py arguments beyond --out (the shipped weights were built with exactly these)
+VARIANTS: dict[str, list[str]] = {
+    "base": [],
+    "small": ["--threads", "1"]
+    + ["--set", "hidden_size=64", "--set", "intermediate_size=256", "--set", "num_heads=4"],
+}
 _REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 
@@ -19,25 +28,29 @@ def _is_complete(path: Path) -> bool:
     return all((path / name).is_file() for name in _REQUIRED_FILES)
 
 
-def embedded_model_path() -> Path:
-    """Directory of the embedded base model, loadable with `AutoModelForCausalLM.from_pretrained`.
+def embedded_model_path(variant: str = "base") -> Path:
+    """Directory of an embedded model, loadable with `AutoModelForCausalLM.from_pretrained`.
 
     The shipped weights are used when present. Otherwise (e.g. a checkout without the binary
     artefacts) the model is rebuilt once, in a few minutes, into
-    ~/.cache/rlvr/embedded-<version> and that directory is returned.
+    ~/.cache/rlvr/embedded-<variant>-<version> and that directory is returned.
     """
-    if _is_complete(_SHIPPED_DIR):
-        return _SHIPPED_DIR
-    cache = Path.home() / ".cache" / "rlvr" / f"embedded-{EMBEDDED_MODEL_VERSION}"
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown embedded model variant {variant!r}; expected one of {VARIANTS}")
+    shipped = _HERE / variant
+    if _is_complete(shipped):
+        return shipped
+    suffix = "" if variant == "base" else f"-{variant}"
+    cache = Path.home() / ".cache" / "rlvr" / f"embedded{suffix}-{EMBEDDED_MODEL_VERSION}"
     if not _is_complete(cache):
         from rlvr.models.embedded import build
 
         print(
-            f"rlvr: embedded model weights missing from {_SHIPPED_DIR}; "
+            f"rlvr: embedded model weights missing from {shipped}; "
             f"building them into {cache} (a few minutes on a CPU)",
             file=sys.stderr,
         )
-        build.main(["--out", str(cache)])
+        build.main(["--out", str(cache), *VARIANTS[variant]])
     return cache
 
 
