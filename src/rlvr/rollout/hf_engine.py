@@ -64,7 +64,9 @@ class HFEngine:
             list(eos_token_ids) if eos_token_ids is not None else _default_eos_ids(model, tokenizer)
         )
         self.pad_token_id = _default_pad_id(tokenizer, self.eos_token_ids, pad_token_id)
-        forward_params = inspect.signature(model.forward).parameters
+        # A peft (LoRA) wrapper forwards **kwargs to the model it wraps: inspect that one.
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        forward_params = inspect.signature(inner.forward).parameters
         # transformers >= 5.x renamed `past_key_values` to `cache`; accept either.
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
         self._supports_logits_to_keep = "logits_to_keep" in forward_params
