@@ -39,7 +39,8 @@ def _f(default: Any, help: str, **constraints: Any) -> Any:
 class ModelConfig:
     name_or_path: str = _f(
         "embedded",
-        "HF causal LM: a local directory or a hub id; 'embedded' is the built-in tiny base model",
+        "HF causal LM: a local directory or a hub id; 'embedded' is the built-in tiny base "
+        "model, 'embedded-small' its 4x smaller sibling",
     )
     dtype: str = _f(
         "auto",
@@ -69,10 +70,36 @@ class ModelConfig:
 class DataConfig:
     task: str = _f(
         "addition",
-        "built-in procedural task, or 'dataset' to read data.path",
-        choices=["addition", "dataset"],
+        "built-in procedural task (addition, arithmetic, countdown), 'gym' for a reasoning-gym "
+        "generator (the 'gym' extra), or 'dataset' to read data.path; see docs/tasks.md",
+        choices=["addition", "arithmetic", "countdown", "gym", "dataset"],
     )
     digits: int = _f(3, "operand digits of the addition task", ge=1, le=12)
+    level: int = _f(1, "arithmetic: difficulty level to start at (1-8, docs/tasks.md)", ge=1, le=8)
+    max_level: int = _f(8, "arithmetic: highest level of the schedule and of held-out", ge=1, le=8)
+    difficulty: str = _f(
+        "fixed",
+        "arithmetic schedule: fixed (data.level), linear (data.level -> data.max_level over the "
+        "run), adaptive (one level up when the mean reward at the level reaches data.promote_at)",
+        choices=["fixed", "linear", "adaptive"],
+    )
+    promote_at: float = _f(
+        0.8, "arithmetic adaptive: mean reward over the window that promotes", gt=0.0, le=1.0
+    )
+    promote_window: int = _f(
+        64, "arithmetic adaptive: rewards (completions) averaged at the current level", ge=1
+    )
+    countdown_min_numbers: int = _f(3, "countdown: fewest numbers in a problem", ge=2, le=8)
+    countdown_max_numbers: int = _f(4, "countdown: most numbers in a problem", ge=2, le=8)
+    countdown_max_value: int = _f(100, "countdown: numbers are drawn from 1..this", ge=1, le=10000)
+    countdown_max_target: int = _f(
+        1000, "countdown: targets are at most this (larger ones are redrawn)", ge=1
+    )
+    gym_name: str | None = _f(None, "reasoning-gym dataset name, e.g. basic_arithmetic (task=gym)")
+    gym_config: list[str] = _f(
+        [], "reasoning-gym generator settings as KEY=VALUE items, e.g. [min_terms=2,max_terms=3]"
+    )
+    gym_size: int = _f(100_000, "reasoning-gym: entries training draws from", ge=1)
     path: str | None = _f(
         None,
         "prompt dataset: .jsonl/.json/.csv/.parquet, a saved HF dataset "
@@ -89,12 +116,27 @@ class DataConfig:
     system_prompt: str | None = _f(None, "system message, used only with a chat template")
     seed: int = _f(0, "seed of the prompt stream")
 
+    def validate(self) -> None:
+        """Checks across data fields (the tasks' own settings)."""
+        if self.task == "arithmetic" and self.level > self.max_level:
+            raise ConfigError(
+                f"data.level: must be <= data.max_level = {self.max_level}, got {self.level}"
+            )
+        if self.task == "countdown" and self.countdown_min_numbers > self.countdown_max_numbers:
+            raise ConfigError(
+                f"data.countdown_min_numbers: must be <= data.countdown_max_numbers = "
+                f"{self.countdown_max_numbers}, got {self.countdown_min_numbers}"
+            )
+        if self.task == "gym" and not self.gym_name:
+            raise ConfigError("data.gym_name: required when data.task is 'gym'")
+
 
 @dataclass
 class RewardConfig:
     verifier: str = _f(
         "exact_answer",
-        "exact_answer, math, code, format, language, 'module:function', 'path/file.py:function', "
+        "exact_answer, math, code, format, language, countdown, gym, 'module:function', "
+        "'path/file.py:function', "
         "or a weighted sum like 'math:1.0,format:0.1'",
     )
     workers: int = _f(0, "verifier worker processes (0 = score in the trainer process)", ge=0)
@@ -465,12 +507,13 @@ def validate(cfg: Config) -> None:
         )
     if cfg.algorithm.kl_in_reward and cfg.algorithm.kl_coef == 0:
         raise ConfigError("algorithm.kl_in_reward: needs algorithm.kl_coef > 0")
+    cfg.data.validate()
     validate_model(cfg.model)
 
 
 def validate_model(model: ModelConfig) -> None:
     """Checks of the model section shared by every command that trains one."""
-    if model.gguf_file and model.name_or_path == "embedded":
+    if model.gguf_file and model.name_or_path.startswith("embedded"):
         raise ConfigError("model.gguf_file: set model.name_or_path to the directory holding it")
 
 

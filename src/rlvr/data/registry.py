@@ -11,11 +11,45 @@ def build_task(cfg: DataConfig) -> Any:
     """A task with `sample_train(rng) -> sample` and `heldout(n) -> list[sample]`.
 
     A sample is a dict with at least "prompt" and the fields its verifier reads ("answer").
+    A task may also have `on_step(step, total_steps)` (called before a step draws prompts),
+    `observe(samples, rewards)` (after scoring) and `demonstration(sample) -> str` (a correct
+    completion, for SFT); see docs/tasks.md.
     """
     if cfg.task == "addition":
         from rlvr.data.tasks.addition import AdditionTask
 
         return AdditionTask(digits=cfg.digits, seed=cfg.seed)
+    cfg.validate()
+    if cfg.task == "arithmetic":
+        from rlvr.data.tasks.arithmetic import ArithmeticTask
+
+        return ArithmeticTask(
+            level=cfg.level,
+            max_level=cfg.max_level,
+            difficulty=cfg.difficulty,
+            promote_at=cfg.promote_at,
+            promote_window=cfg.promote_window,
+            seed=cfg.seed,
+        )
+    if cfg.task == "countdown":
+        from rlvr.data.tasks.countdown import CountdownTask
+
+        return CountdownTask(
+            min_numbers=cfg.countdown_min_numbers,
+            max_numbers=cfg.countdown_max_numbers,
+            max_value=cfg.countdown_max_value,
+            max_target=cfg.countdown_max_target,
+            seed=cfg.seed,
+        )
+    if cfg.task == "gym":
+        from rlvr.data.tasks.gym import GymTask, parse_gym_config
+
+        return GymTask(
+            cfg.gym_name,  # type: ignore[arg-type]  # validate() requires it
+            parse_gym_config(cfg.gym_config),
+            size=cfg.gym_size,
+            seed=cfg.seed,
+        )
     if cfg.task == "dataset":
         from rlvr.data.datasets import FieldMap, load_prompt_dataset
 

@@ -15,7 +15,9 @@ from rlvr.rewards.base import Verifier
 
 
 def _builtin() -> dict[str, Verifier]:
+    from rlvr.data.tasks.gym import gym_reward  # reasoning-gym itself loads on first use
     from rlvr.rewards.code import code_reward
+    from rlvr.rewards.countdown import countdown_reward
     from rlvr.rewards.exact import exact_answer_reward
     from rlvr.rewards.format import format_reward
     from rlvr.rewards.language import language_reward
@@ -23,8 +25,10 @@ def _builtin() -> dict[str, Verifier]:
 
     return {
         "code": code_reward,
+        "countdown": countdown_reward,
         "exact_answer": exact_answer_reward,
         "format": format_reward,
+        "gym": gym_reward,
         "language": language_reward,
         "math": math_reward,
     }

@@ -244,7 +244,7 @@ class GRPOTrainer:
             cfg.algorithm.max_sampling_rounds if cfg.algorithm.dynamic_sampling else 0
         )
         if hasattr(self.task, "on_step"):  # curricula: difficulty may follow training progress
-            self.task.on_step(self.step, cfg.training.steps)
+            self.task.on_step(self.step - 1, cfg.training.steps)  # 0-based
         while len(rounds) < max_rounds and len(kept) < want:
             samples = [self.task.sample_train(self.prompt_rng) for _ in range(want)]
             t0 = time.perf_counter()
@@ -588,6 +588,8 @@ class GRPOTrainer:
                 scored = self.collect()
                 metrics: dict[str, Any] = {"step": self.step}
                 metrics.update(self.rollout_metrics(scored))
+                if hasattr(self.task, "metrics"):  # e.g. the current curriculum level
+                    metrics.update(self.task.metrics())
                 stats, advantages = self.update(scored)
                 metrics.update(stats)
                 metrics["time_generate_s"] = scored.time_generate_s
