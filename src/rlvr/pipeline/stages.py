@@ -54,7 +54,9 @@ def filter_schema() -> type:
     from rlvr.commands.sample import FilterSection
 
     return dataclasses.make_dataclass(
-        "FilterConfig", [("filter", FilterSection, field(default_factory=FilterSection))]
+        "FilterConfig",
+        [("filter", FilterSection, field(default_factory=FilterSection))],
+        namespace={"validate": lambda self: self.filter.check("filter.")},
     )
 
 
