@@ -33,7 +33,11 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 
+from rlvr.errors import DataError
+
+_PROMPT = re.compile(r"^(\d+)\+(\d+)=$")
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 HELDOUT_MODULUS = 10  # 1 in HELDOUT_MODULUS unordered pairs is held out
@@ -106,6 +110,21 @@ class AdditionTask:
         """A correct `<think>` column-addition trace followed by the correct sum (no EOS)."""
         trace = ",".join(column_steps(a, b, self.digits))
         return f"{THINK_OPEN}{trace}{THINK_CLOSE}{a + b}"
+
+    def demonstration(self, sample: dict) -> str:
+        """The correct `<think>` trace and answer for `sample` (an SFT target; no EOS).
+
+        The operands are read back from the prompt `a+b=`; each must have exactly `digits`
+        digits, since the trace has one column step per digit.
+        """
+        prompt = sample.get("prompt")
+        match = _PROMPT.match(prompt) if isinstance(prompt, str) else None
+        if match is None or any(len(g) != self.digits for g in match.groups()):
+            raise DataError(
+                f"addition sample {sample.get('id', '?')}: prompt {prompt!r} is not "
+                f"'a+b=' with two {self.digits}-digit operands"
+            )
+        return self.reasoning_completion(int(match.group(1)), int(match.group(2)))
 
     def make_sample(self, a: int, b: int) -> dict:
         return {
