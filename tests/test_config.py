@@ -98,7 +98,22 @@ def test_every_example_config_validates():
     examples = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
     assert len(examples) >= 6
     for path in examples:
-        load_config(path)
+        if path.stem.startswith("sft"):
+            from rlvr.training.sft import SFTConfig
+
+            load_config(path, schema=SFTConfig)
+        else:
+            load_config(path)
+
+
+def test_every_example_pipeline_parses_and_resolves():
+    from rlvr.pipeline.runner import Pipeline
+    from rlvr.pipeline.spec import load_pipeline
+
+    examples = sorted((Path(__file__).parent.parent / "examples" / "pipelines").glob("*.yaml"))
+    assert examples
+    for path in examples:
+        Pipeline(load_pipeline(path), Path("/nonexistent"))
 
 
 def test_a_dataset_task_needs_a_path():

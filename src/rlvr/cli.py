@@ -18,26 +18,13 @@ import time
 from pathlib import Path
 
 from rlvr import __version__
-from rlvr.commands import dispatch
+from rlvr.commands import add_run_arguments, config_listing, dispatch
+from rlvr.config import Config
 from rlvr.errors import UserError
 
 # Subcommands beyond `train`, in --help order; each is rlvr/commands/NAME.py with add_parser().
 SUBCOMMANDS = ("sft", "sample", "distill", "pipeline", "eval", "verify", "report")
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "samples", "final", "checkpoints")
-
-
-def _config_listing() -> str:
-    from rlvr.config import describe
-
-    lines = ["configuration keys (set in --config YAML or as key=value overrides):"]
-    section = None
-    for key, default, help_text in describe():
-        head = key.split(".", 1)[0]
-        if head != section:
-            section = head
-            lines.append(f"  {head}:")
-        lines.append(f"    {key} = {default!r}\n        {help_text}")
-    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,31 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a policy with GRPO-family RL. With no arguments it runs the embedded "
         "default: a tiny base model learns to reason on multi-digit addition.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_config_listing(),
+        epilog=config_listing(Config),
     )
-    train.add_argument("--config", metavar="FILE.yaml", help="YAML config (sections as below)")
-    train.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="key=value",
-        help="dotted overrides, e.g. rollout.group_size=8 optimizer.lr=1e-5",
+    add_run_arguments(
+        train, prefix="train", example="rollout.group_size=8 optimizer.lr=1e-5", resume=True
     )
-    train.add_argument(
-        "--output-dir", metavar="DIR", help="run directory (default: runs/train-YYYYmmdd-HHMMSS)"
-    )
-    train.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the files of an earlier run in --output-dir",
-    )
-    train.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --output-dir from its latest checkpoint (checkpoint.every > 0); "
-        "the config must match the run's config.yaml",
-    )
-    train.add_argument("--quiet", action="store_true", help="no progress bar and no eval lines")
-    train.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     train.set_defaults(func=cmd_train)
 
     import importlib
@@ -91,14 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_run_dir(output_dir: str | None, overwrite: bool) -> Path:
-    """The run directory to use; refuses to clobber an earlier run unless `overwrite`."""
+def check_run_dir(
+    output_dir: str | None,
+    overwrite: bool,
+    *,
+    files: tuple[str, ...] = RUN_FILES,
+    prefix: str = "train",
+) -> Path:
+    """The run directory to use; refuses to clobber an earlier run (any of `files`) unless
+    `overwrite`. Without `output_dir`: runs/PREFIX-YYYYmmdd-HHMMSS."""
     run_dir = (
-        Path(output_dir) if output_dir else Path("runs") / time.strftime("train-%Y%m%d-%H%M%S")
+        Path(output_dir) if output_dir else Path("runs") / time.strftime(f"{prefix}-%Y%m%d-%H%M%S")
     )
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"--output-dir {run_dir}: exists and is not a directory")
-    existing = [name for name in RUN_FILES if (run_dir / name).exists()]
+    existing = [name for name in files if (run_dir / name).exists()]
     if existing and not overwrite:
         raise UserError(
             f"--output-dir {run_dir}: already holds a run ({', '.join(existing)}); "
@@ -108,37 +82,15 @@ def check_run_dir(output_dir: str | None, overwrite: bool) -> Path:
 
 
 def check_resumable(output_dir: str | None, cfg: object) -> Path:
-    """The run directory to resume: it must exist and hold the same config (dotted diff named)."""
-    import yaml
-
+    """The run directory to resume: it must exist and hold the same config (diff named)."""
     from rlvr.config import to_dict
+    from rlvr.training.checkpoint import check_same_config
 
     if not output_dir:
         raise UserError("--resume: needs --output-dir, the run directory to continue")
     run_dir = Path(output_dir)
-    saved_path = run_dir / "config.yaml"
-    if not saved_path.is_file():
-        raise UserError(f"--resume: {saved_path} not found; nothing to resume")
-    saved = yaml.safe_load(saved_path.read_text()) or {}
-    diff = config_diff(saved, to_dict(cfg))
-    if diff:
-        raise UserError(
-            f"--resume: the config differs from {saved_path} at {', '.join(diff[:5])}; "
-            "resume with the same config"
-        )
+    check_same_config(to_dict(cfg), run_dir)
     return run_dir
-
-
-def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two nested mappings."""
-    keys = []
-    for k in sorted(set(a) | set(b)):
-        va, vb = a.get(k), b.get(k)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            keys += config_diff(va, vb, f"{prefix}{k}.")
-        elif va != vb:
-            keys.append(prefix + k)
-    return keys
 
 
 def create_run_dir(run_dir: Path) -> None:

@@ -35,3 +35,45 @@ def standalone_main(
     parser = argparse.ArgumentParser(prog="rlvr")
     add_parser(parser.add_subparsers(dest="command", required=True))
     return dispatch(parser.parse_args([name, *(sys.argv[1:] if argv is None else argv)]))
+
+
+def config_listing(schema: type) -> str:
+    """The `--help` epilog of a command driven by a config tree: every key, default and help."""
+    from rlvr.config import describe
+
+    lines = ["configuration keys (set in --config YAML or as key=value overrides):"]
+    section = None
+    for key, default, help_text in describe(schema):
+        head = key.split(".", 1)[0]
+        if head != section:
+            section = head
+            lines.append(f"  {head}:")
+        lines.append(f"    {key} = {default!r}\n        {help_text}")
+    return "\n".join(lines)
+
+
+def add_run_arguments(
+    parser: argparse.ArgumentParser, *, prefix: str, example: str, resume: bool
+) -> None:
+    """--config, key=value overrides, --output-dir, --overwrite, [--resume], --quiet, --debug."""
+    parser.add_argument("--config", metavar="FILE.yaml", help="YAML config (sections as below)")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value", help=f"dotted overrides, e.g. {example}"
+    )
+    parser.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help=f"run directory (default: runs/{prefix}-YYYYmmdd-HHMMSS)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace the files of an earlier run in DIR"
+    )
+    if resume:
+        parser.add_argument(
+            "--resume",
+            action="store_true",
+            help="continue the run in --output-dir from its latest checkpoints/step-N; "
+            "the config must match the run's config.yaml",
+        )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no log lines")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rlvr.commands import standalone_main
+from rlvr.commands import add_run_arguments, config_listing, standalone_main
 from rlvr.config import DataConfig, ModelConfig, RewardConfig, _f, validate_model
 from rlvr.data.rejection import (
     RejectionOptions,
@@ -51,7 +51,7 @@ from rlvr.data.rejection import (
     pass_rates,
     rejection_sample,
 )
-from rlvr.errors import ConfigError, UserError
+from rlvr.errors import ConfigError
 
 SAMPLE_FILES = (
     "config.yaml",
@@ -206,19 +206,10 @@ def _prompt_fields(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_sample_dir(output_dir: str | None, overwrite: bool) -> Path:
-    """The run directory to use; refuses to clobber an earlier run unless `overwrite`."""
-    run_dir = (
-        Path(output_dir) if output_dir else Path("runs") / time.strftime("sample-%Y%m%d-%H%M%S")
-    )
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserError(f"--output-dir {run_dir}: exists and is not a directory")
-    existing = [name for name in SAMPLE_FILES if (run_dir / name).exists()]
-    if existing and not overwrite:
-        raise UserError(
-            f"--output-dir {run_dir}: already holds a run ({', '.join(existing)}); "
-            "choose another directory or pass --overwrite"
-        )
-    return run_dir
+    """The output directory to use; refuses to clobber an earlier sample run unless `overwrite`."""
+    from rlvr.cli import check_run_dir
+
+    return check_run_dir(output_dir, overwrite, files=SAMPLE_FILES, prefix="sample")
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -453,15 +444,6 @@ def format_summary(summary: Mapping[str, Any], out_dir: Path) -> str:
 # --- CLI --------------------------------------------------------------------------------------
 
 
-def _config_listing() -> str:
-    from rlvr.config import describe
-
-    lines = ["configuration keys (set in --config YAML or as key=value overrides):"]
-    for key, default, help_text in describe(SampleConfig):
-        lines.append(f"    {key} = {default!r}\n        {help_text}")
-    return "\n".join(lines)
-
-
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "sample",
@@ -470,23 +452,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "verified ones as SFT data (kept.jsonl), per-prompt pass rates and a pass-rate\n"
         "curriculum. With no arguments it samples the embedded model on addition.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_config_listing(),
+        epilog=config_listing(SampleConfig),
     )
-    parser.add_argument("--config", metavar="FILE.yaml", help="YAML config (sections as below)")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="key=value",
-        help="dotted overrides, e.g. sampling.k=16 filter.max_per_prompt=4",
+    add_run_arguments(
+        parser, prefix="sample", example="sampling.k=16 filter.max_per_prompt=4", resume=False
     )
-    parser.add_argument(
-        "--output-dir", metavar="DIR", help="run directory (default: runs/sample-YYYYmmdd-HHMMSS)"
-    )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace the files of an earlier run in DIR"
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar and no log lines")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.set_defaults(func=run)
     return parser
 

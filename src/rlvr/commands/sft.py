@@ -24,23 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlvr.commands import standalone_main
+from rlvr.commands import add_run_arguments, config_listing, standalone_main
 from rlvr.errors import UserError
-
-
-def _config_listing() -> str:
-    from rlvr.config import describe
-    from rlvr.training.sft import SFTConfig
-
-    lines = ["configuration keys (set in --config YAML or as key=value overrides):"]
-    section = None
-    for key, default, help_text in describe(SFTConfig):
-        head = key.split(".", 1)[0]
-        if head != section:
-            section = head
-            lines.append(f"  {head}:")
-        lines.append(f"    {key} = {default!r}\n        {help_text}")
-    return "\n".join(lines)
+from rlvr.training.sft import SFTConfig
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -50,28 +36,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Supervised fine-tuning with completion-only loss, packing and optional "
         "LoRA. With no arguments it fine-tunes the embedded model on addition demonstrations.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_config_listing(),
+        epilog=config_listing(SFTConfig),
     )
-    parser.add_argument("--config", metavar="FILE.yaml", help="YAML config (sections as below)")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="key=value",
-        help="dotted overrides, e.g. data.path=traces.jsonl optimizer.lr=1e-5",
+    add_run_arguments(
+        parser, prefix="sft", example="data.path=traces.jsonl optimizer.lr=1e-5", resume=True
     )
-    parser.add_argument(
-        "--output-dir", metavar="DIR", help="run directory (default: runs/sft-YYYYmmdd-HHMMSS)"
-    )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace the files of an earlier run in DIR"
-    )
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --output-dir from its latest checkpoints/step-N",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar and no eval lines")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.set_defaults(func=run)
     return parser
 

@@ -61,15 +61,28 @@ STATE_FILE = "trainer_state.pt"
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict, keep_last: int
+    run_dir: Path,
+    step: int,
+    model: Any,
+    tokenizer: Any,
+    state: dict,
+    keep_last: int,
+    *,
+    weights_in_state: bool = True,
 ) -> Path:
-    """Write checkpoints/step-`step`; keep only the newest `keep_last` complete ones."""
+    """Write checkpoints/step-`step`; keep only the newest `keep_last` complete ones.
+
+    With `weights_in_state` the exact trained state_dict (LoRA: base + adapters) goes into
+    trainer_state.pt as "model"; without it a resume reloads the HF files of the checkpoint.
+    """
     import torch
 
     path = Path(run_dir) / CHECKPOINTS / f"step-{step}"
     path.parent.mkdir(parents=True, exist_ok=True)
     save_model(model, tokenizer, path)
-    payload = {"step": step, "model": model.state_dict(), **state}
+    payload = {"step": step, **state}
+    if weights_in_state:
+        payload["model"] = model.state_dict()
     tmp = path / (STATE_FILE + ".tmp")
     torch.save(payload, tmp)
     tmp.replace(path / STATE_FILE)
@@ -121,6 +134,40 @@ def restore_rng_state(state: dict, python_rngs: dict[str, Any], torch_gens: dict
     for k, g in torch_gens.items():
         g.set_state(state["torch_gens"][k])
     torch.set_rng_state(state["torch_global"])
+
+
+def check_same_config(config: dict, run_dir: Path) -> None:
+    """Resuming with another config would not reach the run's result: name the differing keys.
+
+    `logging.*` keys may differ (where metrics go does not change the weights).
+    """
+    import yaml
+
+    from rlvr.errors import UserError
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise UserError(f"--resume: {path} not found; nothing to resume")
+    saved = _flat(yaml.safe_load(path.read_text()) or {})
+    now = _flat(config)
+    diff = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+    diff = [k for k in diff if not k.startswith("logging.")]
+    if diff:
+        k = diff[0]
+        raise UserError(
+            f"--resume: the config differs from {path} at {', '.join(diff[:5])} "
+            f"({k}: run has {saved.get(k)!r}, now {now.get(k)!r}); resume with the same config"
+        )
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
 
 
 def truncate_jsonl(path: Path, last_step: int) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,7 +31,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import yaml
 
 from rlvr.config import (
     CheckpointConfig,
@@ -48,6 +46,12 @@ from rlvr.config import (
     validate_model,
 )
 from rlvr.errors import ConfigError, DataError, UserError
+from rlvr.training.checkpoint import (
+    check_same_config,
+    latest_checkpoint,
+    save_checkpoint,
+    truncate_jsonl,
+)
 
 IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt and padding)
 ATTENTION_WITH_4D_MASKS = ("eager", "sdpa")  # transformers passes a 4D mask to these as is
@@ -446,62 +450,6 @@ def batch_indices(step: int, num_examples: int, batch_size: int, seed: int) -> l
     return epoch_order(num_examples, seed, epoch)[start : start + batch_size]
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """checkpoints/step-N with the highest N that holds a complete trainer_state.pt."""
-    found = []
-    for path in (run_dir / "checkpoints").glob("step-*"):
-        suffix = path.name.removeprefix("step-")
-        if suffix.isdigit() and (path / "trainer_state.pt").is_file():
-            found.append((int(suffix), path))
-    return max(found)[1] if found else None
-
-
-def _save_checkpoint(
-    run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict, keep_last: int
-) -> None:
-    from rlvr.training.checkpoint import save_model
-
-    path = run_dir / "checkpoints" / f"step-{step}"
-    save_model(model, tokenizer, path)
-    tmp = path / "trainer_state.pt.tmp"
-    torch.save(state, tmp)
-    tmp.replace(path / "trainer_state.pt")  # written last: its presence marks a whole checkpoint
-    steps = sorted(
-        int(p.name.removeprefix("step-"))
-        for p in (run_dir / "checkpoints").glob("step-*")
-        if p.name.removeprefix("step-").isdigit()
-    )
-    for old in steps[:-keep_last]:
-        shutil.rmtree(run_dir / "checkpoints" / f"step-{old}")
-
-
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, Mapping):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
-
-
-def _check_same_config(cfg: SFTConfig, run_dir: Path) -> None:
-    """Resuming with another config would not reach the run's weights; logging may differ."""
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        raise UserError(f"--resume: {path} not found (not a run directory)")
-    saved = _flat(yaml.safe_load(path.read_text()) or {})
-    now = _flat(to_dict(cfg))
-    diff = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
-    diff = [k for k in diff if not k.startswith("logging.")]
-    if diff:
-        k = diff[0]
-        raise UserError(
-            f"--resume: config differs from {path} at {', '.join(diff[:5])} "
-            f"({k}: run has {saved.get(k)!r}, now {now.get(k)!r}); resume with the same config"
-        )
-
-
 def _load_resumed_model(cfg: SFTConfig, ckpt: Path, device: torch.device, dtype: Any) -> Any:
     """The model as saved at `ckpt`: full weights, or the base with the checkpoint's adapter."""
     from rlvr.models.loading import load_model
@@ -751,7 +699,7 @@ def run_sft(
     start = time.perf_counter()
     ckpt = None
     if resume:
-        _check_same_config(cfg, run_dir)
+        check_same_config(to_dict(cfg), run_dir)
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
             raise UserError(
@@ -767,7 +715,7 @@ def run_sft(
         if state.get("eval_before") is not None:
             summary["eval_before"] = state["eval_before"]
         log(f"resumed from {ckpt} (step {step} of {run.total_steps})")
-        _truncate_metrics(run_dir / "metrics.jsonl", step)
+        truncate_jsonl(run_dir / "metrics.jsonl", step)
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         dump_yaml(cfg, run_dir / "config.yaml")
@@ -814,8 +762,14 @@ def run_sft(
                     eval_before=summary.get("eval_before"),
                     wall_seconds=previous_wall + time.perf_counter() - start,
                 )
-                _save_checkpoint(
-                    run_dir, step, run.model, run.tokenizer, state, cfg.checkpoint.keep_last
+                save_checkpoint(
+                    run_dir,
+                    step,
+                    run.model,
+                    run.tokenizer,
+                    state,
+                    cfg.checkpoint.keep_last,
+                    weights_in_state=False,  # resumes reload the checkpoint's HF files/adapter
                 )
             if on_step is not None:
                 on_step(step, metrics)
@@ -845,18 +799,6 @@ def run_sft(
     tmp.write_text(json.dumps(summary, indent=2))
     tmp.replace(run_dir / "summary.json")
     return summary
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Keep the metrics of steps <= `step`: later ones are about to be recomputed."""
-    if not path.is_file():
-        return
-    kept = [
-        line
-        for line in path.read_text().splitlines()
-        if line.strip() and json.loads(line).get("step", 0) <= step
-    ]
-    path.write_text("".join(line + "\n" for line in kept))
 
 
 def eval_line(when: str, e: Mapping[str, float]) -> str:
