@@ -9,22 +9,22 @@ from pathlib import Path
 import pytest
 
 from rlvr.cli import main
-from rlvr.commands.sample import (
-    SAMPLE_FILES,
-    FilterSection,
-    SampleConfig,
-    _write_atomic,
-    check_sample_dir,
-    run_sample,
-    select_prompts,
-    write_filtered,
-)
+from rlvr.commands.sample import check_sample_dir
 from rlvr.config import load_config
 from rlvr.data.datasets import load_prompt_dataset
 from rlvr.data.registry import build_task
 from rlvr.data.tasks.addition import AdditionTask
 from rlvr.errors import UserError
 from rlvr.rewards.compose import build_verifier
+from rlvr.training.sampling import (
+    SAMPLE_FILES,
+    FilterSection,
+    SampleConfig,
+    _write_atomic,
+    run_sample,
+    select_prompts,
+    write_filtered,
+)
 
 PROMPTS, K = 8, 8
 
@@ -272,7 +272,7 @@ def test_an_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path, mon
     def fail(*_args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("rlvr.commands.sample.os.replace", fail)
+    monkeypatch.setattr("rlvr.training.sampling.os.replace", fail)
     with pytest.raises(KeyboardInterrupt):
         _write_atomic(target, "new\n")
     assert target.read_text() == "old\n"

@@ -27,9 +27,25 @@ def model(model_dir):
 
 
 def test_the_shipped_weights_are_used_and_fit_in_20_mb(model_dir):
-    assert model_dir == embedded._SHIPPED_DIR
+    assert model_dir == embedded._HERE / "base"
     size = sum(f.stat().st_size for f in model_dir.iterdir() if f.is_file())
     assert size <= 20 * 2**20
+
+
+def test_the_small_sibling_is_shipped_smaller_with_the_same_tokenizer(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    small_dir = embedded_model_path("small")
+    assert small_dir == embedded._HERE / "small"
+    assert (small_dir / "tokenizer.json").read_text() == (model_dir / "tokenizer.json").read_text()
+    small = AutoModelForCausalLM.from_pretrained(small_dir)
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    n_small = sum(p.numel() for p in small.parameters())
+    n_base = sum(p.numel() for p in base.parameters())
+    assert n_small * 3 < n_base
+    info = json.loads((small_dir / "build_info.json").read_text())
+    assert info["build_config"]["hidden_size"] == 64
+    assert info["heldout_greedy"]["think_accuracy"] >= 0.95  # it can execute traces
 
 
 def test_build_info_records_seed_and_base_metrics(model_dir):
@@ -105,9 +121,15 @@ def test_pretraining_batches_only_train_on_completions():
 
 def test_missing_weights_are_built_into_the_cache(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(embedded, "_SHIPPED_DIR", tmp_path / "absent")
+    monkeypatch.setattr(embedded, "_HERE", tmp_path / "absent")
     monkeypatch.setattr(embedded.Path, "home", lambda: tmp_path)
     monkeypatch.setattr(build, "main", lambda argv: calls.append(argv))
     path = embedded_model_path()
     assert path == tmp_path / ".cache" / "rlvr" / f"embedded-{embedded.EMBEDDED_MODEL_VERSION}"
     assert calls == [["--out", str(path)]]
+    small = embedded_model_path("small")
+    version = embedded.EMBEDDED_MODEL_VERSION
+    assert small == tmp_path / ".cache" / "rlvr" / f"embedded-small-{version}"
+    assert calls[1] == ["--out", str(small), *embedded.VARIANTS["small"]]
+    with pytest.raises(ValueError, match="unknown embedded model variant"):
+        embedded_model_path("large")

@@ -101,7 +101,7 @@ def _schema(kind: str) -> tuple[type, str | None]:
 
         return SFTConfig, "task"
     if kind == "sample":
-        from rlvr.commands.sample import SampleConfig
+        from rlvr.training.sampling import SampleConfig
 
         return SampleConfig, "data"
     if kind == "filter":

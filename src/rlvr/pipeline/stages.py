@@ -38,7 +38,7 @@ def run_sft_stage(cfg: Any, run_dir: Path, log: Log, progress: bool, resume: boo
 
 
 def run_sample_stage(cfg: Any, run_dir: Path, log: Log, progress: bool) -> dict:
-    from rlvr.commands.sample import run_sample
+    from rlvr.training.sampling import run_sample
 
     summary = run_sample(cfg, run_dir, log=log, progress=progress)
     return {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
@@ -51,7 +51,7 @@ def filter_schema() -> type:
     """The config of a filter stage: the `filter` section of `rlvr sample`, on its own."""
     import dataclasses
 
-    from rlvr.commands.sample import FilterSection
+    from rlvr.training.sampling import FilterSection
 
     return dataclasses.make_dataclass(
         "FilterConfig",
@@ -61,7 +61,7 @@ def filter_schema() -> type:
 
 
 def run_filter(cfg: Any, samples_path: Path, out_dir: Path, log: Log) -> dict:
-    from rlvr.commands.sample import write_filtered
+    from rlvr.training.sampling import write_filtered
 
     rows = _read_jsonl(samples_path)
     summary = write_filtered(rows, cfg.filter, out_dir)
