@@ -114,10 +114,19 @@ class DataConfig:
     source_field: str = _f("source", "dataset column naming the row's source (per-source eval)")
     max_prompt_tokens: int = _f(0, "drop prompts longer than this many tokens (0 = keep all)", ge=0)
     system_prompt: str | None = _f(None, "system message, used only with a chat template")
+    prompt_template: str | None = _f(
+        None,
+        "plain template around every prompt, e.g. 'Q: {prompt}\\nA:'; other {field}s of the "
+        "sample may appear (docs/data.md)",
+    )
     seed: int = _f(0, "seed of the prompt stream")
 
     def validate(self) -> None:
         """Checks across data fields (the tasks' own settings)."""
+        if self.prompt_template is not None:
+            from rlvr.data.template import check_template
+
+            check_template(self.prompt_template)
         if self.task == "arithmetic" and self.level > self.max_level:
             raise ConfigError(
                 f"data.level: must be <= data.max_level = {self.max_level}, got {self.level}"

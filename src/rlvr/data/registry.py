@@ -8,6 +8,16 @@ from rlvr.config import DataConfig
 
 
 def build_task(cfg: DataConfig) -> Any:
+    """The task of `cfg`, its prompts rewritten by `data.prompt_template` when one is set."""
+    task = _build_task(cfg)
+    if cfg.prompt_template:
+        from rlvr.data.template import TemplatedTask
+
+        return TemplatedTask(task, cfg.prompt_template)
+    return task
+
+
+def _build_task(cfg: DataConfig) -> Any:
     """A task with `sample_train(rng) -> sample` and `heldout(n) -> list[sample]`.
 
     A sample is a dict with at least "prompt" and the fields its verifier reads ("answer").
