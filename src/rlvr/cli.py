@@ -23,7 +23,7 @@ from rlvr.config import Config
 from rlvr.errors import UserError
 
 # Subcommands beyond `train`, in --help order; each is rlvr/commands/NAME.py with add_parser().
-SUBCOMMANDS = ("sft", "sample", "distill", "pipeline", "eval", "verify", "report")
+SUBCOMMANDS = ("sft", "sample", "distill", "pipeline", "eval", "verify", "report", "estimate")
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "samples", "final", "checkpoints")
 
 

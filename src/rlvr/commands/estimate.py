@@ -1,0 +1,103 @@
+"""`rlvr estimate`: the memory a training configuration needs, per device, before running it.
+
+    rlvr estimate [--config FILE.yaml] [key=value ...] [--precision auto|fp32|mixed|bf16]
+                  [--world-size W] [--fsdp] [--prompt-tokens P]
+
+Reads only the model's config.json (parameter counts come from building the model on the meta
+device), so a 70B model can be planned on a laptop. Formulas: rlvr.training.memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rlvr.commands import standalone_main
+from rlvr.errors import ModelLoadError, UserError
+from rlvr.training.memory import PRECISIONS
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "estimate",
+        help="memory per device of a training config: weights, optimizer, KV cache, ...",
+        description=__doc__.split("\n\n")[2],
+    )
+    parser.add_argument("--config", metavar="FILE.yaml", help="the `rlvr train` config")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides")
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        choices=PRECISIONS,
+        help="auto = what rlvr uses for model.dtype/model.device; mixed = fp32 master weights "
+        "and moments with 16-bit activations (default: auto)",
+    )
+    parser.add_argument("--world-size", type=int, default=1, help="data-parallel ranks")
+    parser.add_argument("--fsdp", action="store_true", help="shard weights/grads/optimizer")
+    parser.add_argument(
+        "--prompt-tokens", type=int, default=512, help="prompt length to plan for (default 512)"
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from transformers import AutoConfig
+
+    from rlvr.config import load_config
+    from rlvr.models.loading import resolve_model_path
+    from rlvr.training.memory import estimate, format_report, model_shape, resolve_precision
+
+    if args.world_size < 1:
+        raise UserError(f"--world-size: must be >= 1, got {args.world_size}")
+    if args.prompt_tokens < 1:
+        raise UserError(f"--prompt-tokens: must be >= 1, got {args.prompt_tokens}")
+    cfg = load_config(args.config, args.overrides)
+    path = resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
+    extra = {"gguf_file": cfg.model.gguf_file} if cfg.model.gguf_file else {}
+    try:
+        hf_config = AutoConfig.from_pretrained(
+            path, trust_remote_code=cfg.model.trust_remote_code, **extra
+        )
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(
+            f"model.name_or_path: cannot read a config from '{path}': {e}"
+        ) from None
+    shape = model_shape(hf_config, cfg.model.lora_rank, cfg.model.lora_target_modules)
+    device = "cuda" if cfg.model.device == "cuda" else "cpu"
+    if cfg.model.device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    precision = resolve_precision(args.precision, cfg.model.dtype, device)
+    # Data parallel: each rank generates and trains on its share of the step's rows.
+    rows = -(-cfg.rollout.prompts_per_step * cfg.rollout.group_size // args.world_size)
+    parts = estimate(
+        shape,
+        precision=precision,
+        kl_coef=cfg.algorithm.kl_coef,
+        lora=cfg.model.lora_rank > 0,
+        rows_decoded=min(cfg.rollout.max_batch_size, rows),
+        prompt_tokens=args.prompt_tokens,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        micro_batch_rows=min(cfg.training.micro_batch_size, rows),
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+        world_size=args.world_size,
+        fsdp=args.fsdp,
+    )
+    note = f"(per device; {args.world_size} rank(s){', FSDP' if args.fsdp else ''}; " + (
+        f"{rows} rollout rows per rank of up to {args.prompt_tokens}+"
+        f"{cfg.rollout.max_new_tokens} tokens)"
+    )
+    print(format_report(shape, parts, precision, note))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone_main("estimate", add_parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
