@@ -23,9 +23,11 @@ validated before training starts, and a bad one raises `DataError` naming the fi
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import random
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,10 @@ from typing import Any
 from rlvr.errors import DataError
 
 DATA_EXTRA_HINT = "pip install 'rlvr[data]'"
+# csv's default cap on one cell (128 KiB) refuses valid files with long prompts; 2**31 - 1 is the
+# largest value every platform's C long takes.
+CSV_FIELD_SIZE_LIMIT = 2**31 - 1
+_JSONL_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 # --- reading rows -----------------------------------------------------------------------------
@@ -68,9 +74,29 @@ def load_rows(path: str, *, split: str = "train") -> list[dict]:
     )
 
 
-def _read_text(path: str) -> str:
+def _one_line(error: BaseException) -> str:
+    """A library's error text squeezed onto one line (some hold newlines)."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _parse_json(text: str, where: str, *, multiline: bool) -> Any:
+    """json.loads, with every way it fails on bad input turned into a DataError."""
     try:
-        with open(path, encoding="utf-8") as f:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        at = f" at line {e.lineno}" if multiline else ""
+        raise DataError(f"{where}: invalid JSON ({e.msg}{at})") from None
+    except ValueError as e:  # an integer over Python's digit limit (int max str digits)
+        raise DataError(f"{where}: invalid JSON value ({_one_line(e)})") from None
+    except RecursionError:
+        raise DataError(f"{where}: invalid JSON (nested too deeply)") from None
+
+
+def _read_text(path: str) -> str:
+    """The file as UTF-8 text, line ends as they are (a CSV cell may hold a lone '\r'); a
+    leading byte-order mark (Excel writes one) is dropped."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
             return f.read()
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
@@ -80,13 +106,12 @@ def _read_text(path: str) -> str:
 
 def _load_jsonl(path: str) -> list[dict]:
     rows: list[dict] = []
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+    # Split on \n, \r\n and \r only (a JSON string cannot hold them raw): it may hold U+2028,
+    # U+0085, ... unescaped, which str.splitlines() would also break on.
+    for number, line in enumerate(_JSONL_LINE_END.split(_read_text(path)), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path} line {number}: invalid JSON ({e.msg})") from None
+        row = _parse_json(line, f"{path} line {number}", multiline=False)
         if not isinstance(row, dict):
             raise DataError(
                 f"{path} row {len(rows) + 1}: expected an object, got {type(row).__name__}"
@@ -96,10 +121,7 @@ def _load_jsonl(path: str) -> list[dict]:
 
 
 def _load_json(path: str) -> list[dict]:
-    try:
-        data = json.loads(_read_text(path))
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    data = _parse_json(_read_text(path), path, multiline=True)
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of objects, got {type(data).__name__}")
     return _check_objects(path, data)
@@ -107,11 +129,14 @@ def _load_json(path: str) -> list[dict]:
 
 def _load_csv(path: str) -> list[dict]:
     text = _read_text(path)
+    if csv.field_size_limit() < CSV_FIELD_SIZE_LIMIT:
+        csv.field_size_limit(CSV_FIELD_SIZE_LIMIT)
+    # newline="" hands the reader the raw line ends, so a quoted cell keeps its line breaks.
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
-        reader = csv.DictReader(text.splitlines())
         return [dict(row) for row in reader]
     except csv.Error as e:
-        raise DataError(f"{path}: invalid CSV ({e})") from None
+        raise DataError(f"{path} line {reader.line_num}: invalid CSV ({_one_line(e)})") from None
 
 
 def _load_parquet(path: str) -> list[Any]:
@@ -123,7 +148,7 @@ def _load_parquet(path: str) -> list[Any]:
         try:
             return pq.read_table(path).to_pylist()
         except Exception as e:  # pyarrow raises several unrelated types for a bad file
-            raise DataError(f"{path}: cannot read Parquet ({e})") from None
+            raise DataError(f"{path}: cannot read Parquet ({_one_line(e)})") from None
     try:
         import pandas as pd
     except ImportError:
@@ -137,7 +162,7 @@ def _load_parquet(path: str) -> list[Any]:
             f"{path}: reading Parquet needs pyarrow ({DATA_EXTRA_HINT}, or pip install pyarrow)"
         ) from None
     except Exception as e:
-        raise DataError(f"{path}: cannot read Parquet ({e})") from None
+        raise DataError(f"{path}: cannot read Parquet ({_one_line(e)})") from None
 
 
 def _looks_like_hub_name(path: str) -> bool:
@@ -160,7 +185,7 @@ def _load_hf(path: str, split: str) -> list[Any]:
         else:
             ds = datasets.load_dataset(path, split=split)
     except Exception as e:
-        raise DataError(f"{path}: cannot load Hugging Face dataset ({e})") from None
+        raise DataError(f"{path}: cannot load Hugging Face dataset ({_one_line(e)})") from None
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
             raise DataError(f"{path}: no split {split!r} (available: {', '.join(sorted(ds))})")
@@ -208,8 +233,11 @@ def build_sample(row: dict, fields: FieldMap, *, origin: str, row_number: int, n
 
     answer = row.get(fields.answer)
     if not _is_missing(answer):
-        if isinstance(answer, bool):
-            raise DataError(f"{where}: field {fields.answer!r} (answer) must be a string or number")
+        if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+            raise DataError(
+                f"{where}: field {fields.answer!r} (answer) must be a string or number, "
+                f"got {type(answer).__name__}"
+            )
         if isinstance(answer, (int, float)):
             answer = str(answer)
         sample["answer"] = answer

@@ -23,14 +23,29 @@ FORBIDDEN = ("answer", "tests")
 def check_template(template: str, key: str = "data.prompt_template") -> list[str]:
     """The field names a template uses; ConfigError when it is malformed or leaks the answer."""
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parsed = [
+            (f, spec, conv)
+            for _, f, spec, conv in string.Formatter().parse(template)
+            if f is not None
+        ]
     except ValueError as e:
         raise ConfigError(f"{key}: {e} (write literal braces as {{{{ and }}}})") from None
+    for f, spec, conv in parsed:
+        if conv is not None or spec:
+            placeholder = "{" + f + (f"!{conv}" if conv is not None else "")
+            placeholder += (f":{spec}" if spec else "") + "}"
+            raise ConfigError(
+                f"{key}: {placeholder!r}: conversions and format specs are not supported; "
+                f"expected a plain field name like {{prompt}}"
+            )
+    fields = [f for f, _, _ in parsed]
     if "prompt" not in fields:
         raise ConfigError(f"{key}: must contain {{prompt}}, got {template!r}")
     for f in fields:
         if not f.isidentifier():
-            raise ConfigError(f"{key}: {{{f}}}: expected a plain field name like {{prompt}}")
+            raise ConfigError(
+                f"{key}: {'{' + f + '}'!r}: expected a plain field name like {{prompt}}"
+            )
         if f in FORBIDDEN:
             raise ConfigError(f"{key}: {{{f}}} would put the reference into the prompt")
     return fields

@@ -41,7 +41,7 @@ KINDS = ("sft", "grpo", "sample", "rejection_sample", "filter", "eval")
 MODEL_KINDS = ("sft", "grpo")
 DATA_KINDS = ("sample", "rejection_sample", "filter")
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # used with fullmatch
 TOP_KEYS = ("name", "models", "model", "task", "reward", "eval", "defaults", "stages")
 STAGE_KEYS = ("name", "kind", "model", "data", "config")
 
@@ -95,19 +95,51 @@ def resolve_pipeline_file(name_or_path: str) -> Path:
 
 def load_pipeline(path: Path, model_overrides: dict[str, str] | None = None) -> PipelineSpec:
     try:
-        tree = yaml.safe_load(path.read_text())
+        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"pipeline {path}{where}: invalid YAML") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"pipeline {path}: not UTF-8 text (byte {e.start}); expected a UTF-8 YAML file"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"pipeline {path}: invalid YAML (nested too deeply)") from None
+    except (ValueError, AttributeError, TypeError, KeyError) as e:
+        # PyYAML lets constructor errors escape: '!!timestamp x', '!!int x', '!!bool maybe', an
+        # int over Python's digit limit.
+        reason = " ".join(str(e).split())[:200]
+        raise ConfigError(f"pipeline {path}: invalid YAML ({reason})") from None
     return parse_pipeline(tree, str(path), model_overrides)
+
+
+def _repr(value: Any) -> str:
+    """repr() for messages; an int over Python's digit limit (anywhere inside) has none."""
+    try:
+        return repr(value)
+    except ValueError:
+        return f"a {type(value).__name__} holding an integer too long to print"
+
+
+def _show(text: str) -> str:
+    """A name for a one-line message: as is when printable, else its repr."""
+    return text if text.isprintable() else repr(text)
+
+
+def _name(value: Any, where: str) -> str:
+    """str(value) for a model name or path; an int over Python's digit limit is an error."""
+    try:
+        return str(value)
+    except ValueError:
+        raise ConfigError(f"{where}: expected a name or path, got an integer too long") from None
 
 
 def _mapping(value: Any, where: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        raise ConfigError(f"{where}: expected a mapping, got {_repr(value)}")
     return value
 
 
@@ -119,23 +151,27 @@ def parse_pipeline(
     for key in tree:
         if key not in TOP_KEYS:
             raise ConfigError(
-                f"{where}: unknown key '{key}'; expected one of {', '.join(TOP_KEYS)}"
+                f"{where}: unknown key {_repr(key)}; expected one of {', '.join(TOP_KEYS)}"
             )
-    models = {str(k): str(v) for k, v in _mapping(tree.get("models"), f"{where}: models").items()}
+    models = {
+        _name(k, f"{where}: models"): _name(v, f"{where}: models")
+        for k, v in _mapping(tree.get("models"), f"{where}: models").items()
+    }
     if "model" in tree:
-        models["base"] = str(tree["model"])
+        models["base"] = _name(tree["model"], f"{where}: model")
     models.setdefault("base", "embedded")
     for name, value in (model_overrides or {}).items():
         if name not in models:
             raise ConfigError(
-                f"{where}: --{name} given, but the pipeline names no model '{name}' "
-                f"(models: {', '.join(models)})"
+                f"{where}: --{_show(name)} given, but the pipeline names no model "
+                f"{name!r} (models: {', '.join(map(_show, models))})"
             )
         models[name] = value
     defaults = _mapping(tree.get("defaults"), f"{where}: defaults")
     for kind, value in defaults.items():
         if kind not in KINDS:
-            raise ConfigError(f"{where}: defaults.{kind}: not a stage kind ({', '.join(KINDS)})")
+            shown = _show(kind) if isinstance(kind, str) else _repr(kind)
+            raise ConfigError(f"{where}: defaults.{shown}: not a stage kind ({', '.join(KINDS)})")
         _mapping(value, f"{where}: defaults.{kind}")
     raw_stages = tree.get("stages")
     if not isinstance(raw_stages, list) or not raw_stages:
@@ -147,16 +183,18 @@ def parse_pipeline(
         raw = _mapping(raw, at)
         for key in raw:
             if key not in STAGE_KEYS:
-                raise ConfigError(f"{at}: unknown key '{key}'; expected {', '.join(STAGE_KEYS)}")
+                raise ConfigError(
+                    f"{at}: unknown key {_repr(key)}; expected {', '.join(STAGE_KEYS)}"
+                )
         name = raw.get("name")
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ConfigError(f"{at}: name: expected an identifier, got {name!r}")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ConfigError(f"{at}: name: expected an identifier, got {_repr(name)}")
         at = f"{where}: stage '{name}'"
         if name in seen or name in models:
             raise ConfigError(f"{at}: name already used by a stage or a model")
         kind = raw.get("kind")
         if kind not in KINDS:
-            raise ConfigError(f"{at}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+            raise ConfigError(f"{at}: kind: expected one of {', '.join(KINDS)}, got {_repr(kind)}")
         stage = StageSpec(
             name=name,
             kind="sample" if kind == "rejection_sample" else kind,
@@ -168,7 +206,7 @@ def parse_pipeline(
         stages.append(stage)
         seen.add(name)
     return PipelineSpec(
-        name=str(tree.get("name") or Path(source).stem),
+        name=_name(tree.get("name") or Path(source).stem, f"{where}: name"),
         source=source,
         models=models,
         task=_mapping(tree.get("task"), f"{where}: task"),
@@ -183,7 +221,7 @@ def _ref(value: Any, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: expected a stage name, model name or path, got {value!r}")
+        raise ConfigError(f"{where}: expected a stage name, model name or path, got {_repr(value)}")
     return value
 
 
@@ -197,7 +235,8 @@ def _check_refs(stage: StageSpec, earlier: list[StageSpec], models: dict, at: st
             raise ConfigError(f"{at}: model: stage '{stage.model}' produces data, not a model")
         if target is None and stage.model not in models and not _looks_like_path(stage.model):
             raise ConfigError(
-                f"{at}: model: '{stage.model}' is not a model name ({', '.join(models)}), an "
+                f"{at}: model: {stage.model!r} is not a model name "
+                f"({', '.join(map(_show, models))}), an "
                 "earlier stage, or a path"
             )
     if stage.data is not None:
@@ -208,12 +247,12 @@ def _check_refs(stage: StageSpec, earlier: list[StageSpec], models: dict, at: st
                 raise ConfigError(f"{at}: data: stage '{head}' produces a model, not data")
             if part and part not in ("kept", "curriculum", "samples"):
                 raise ConfigError(
-                    f"{at}: data: '{stage.data}': expected {head}, {head}.kept, "
+                    f"{at}: data: {stage.data!r}: expected {head}, {head}.kept, "
                     f"{head}.curriculum or {head}.samples"
                 )
         elif not _looks_like_path(stage.data):
             raise ConfigError(
-                f"{at}: data: '{stage.data}' is not an earlier sample/filter stage or a file path"
+                f"{at}: data: {stage.data!r} is not an earlier sample/filter stage or a file path"
             )
         if stage.kind == "eval":
             raise ConfigError(f"{at}: data: an eval stage uses the pipeline's task")

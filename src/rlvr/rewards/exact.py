@@ -9,6 +9,10 @@ Decisions:
 - Whitespace around the answer and before `<think>` is ignored; whitespace inside it is not.
 - Leading zeros are accepted (`0632` == `632`): answers are compared as integers, and the
   embedded model's direct answers are fixed-width, so `052` is a legitimate integer answer.
+  The comparison works on normalised decimal digits (sign, no leading zeros, `-0` == `0`), so
+  an answer of any length is scored (Python's int() refuses strings over 4300 digits).
+- The sample's `answer` must be an integer (an int, an integral float, or a string int() reads,
+  of any length); a missing or other answer is a DataError naming the sample, not a 0 reward.
 - A leading `+` is not an integer here (regex `^-?[0-9]+$`, ASCII digits only).
 - The completion text must not contain the EOS token's text (decode without the final EOS, or
   with skip_special_tokens=True: `<think>`/`</think>` are non-special added tokens in the
@@ -21,9 +25,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from rlvr.errors import DataError
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 _INTEGER = re.compile(r"-?[0-9]+")
+_SIGNED_INTEGER = re.compile(r"[+-]?[0-9]+")
+_CHUNK_DIGITS = 4000  # under Python's default int <-> str digit limit (4300)
 
 
 def extract_final_answer(completion: str) -> str | None:
@@ -45,10 +53,52 @@ def extract_final_answer(completion: str) -> str | None:
 
 def exact_answer_reward(completion: str, sample: Mapping[str, Any]) -> float:
     """1.0 iff the extracted final answer equals sample["answer"] as integers, else 0.0."""
+    gold = gold_answer(sample)
     answer = extract_final_answer(completion)
     if answer is None:
         return 0.0
-    return 1.0 if int(answer) == int(sample["answer"]) else 0.0
+    return 1.0 if _normalise(answer) == gold else 0.0
+
+
+def gold_answer(sample: Mapping[str, Any]) -> str:
+    """sample["answer"] as normalised decimal digits; DataError when it is not an integer."""
+    value = sample.get("answer")
+    where = f"exact_answer verifier: sample {str(sample.get('id', '?'))[:80]!r}: field 'answer'"
+    if value is None:
+        raise DataError(f"{where} is missing (expected an integer)")
+    if isinstance(value, str):
+        text = value.strip()
+        if _SIGNED_INTEGER.fullmatch(text):  # any length, no int() digit limit
+            return _normalise(text)
+        try:
+            value = int(text)  # also reads '1_000' and non-ASCII digits, as int() does
+        except ValueError:
+            raise DataError(f"{where} must be an integer, got {value[:80]!r}") from None
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise DataError(f"{where} must be an integer, got {type(value).__name__}")
+    return _normalise(_int_text(value))
+
+
+def _normalise(text: str) -> str:
+    """'-007' -> '-7', '+5' -> '5', '-0' -> '0': equal strings iff equal integers."""
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    return "-" + digits if text.startswith("-") and digits != "0" else digits
+
+
+def _int_text(value: int) -> str:
+    """str(value), also for an int over Python's digit limit (converted in chunks)."""
+    try:
+        return str(value)
+    except ValueError:
+        sign, value = ("-" if value < 0 else ""), abs(value)
+        chunks = []
+        while value:
+            value, chunk = divmod(value, 10**_CHUNK_DIGITS)
+            chunks.append(chunk)
+        head, *rest = reversed(chunks)
+        return sign + str(head) + "".join(f"{c:0{_CHUNK_DIGITS}d}" for c in rest)
 
 
 def is_reasoning(completion: str) -> bool:

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from rlvr.errors import DataError
+
 SCRIPTS = {
     "latin": {"LATIN"},
     "cyrillic": {"CYRILLIC"},
@@ -89,7 +91,7 @@ def resolve_target(target: str) -> str:
     key = LANGUAGES.get(key.split("-")[0].split("_")[0], key)
     if key not in SCRIPTS:
         raise ValueError(
-            f"language: unknown target '{target}'; expected a script "
+            f"language: unknown target {target!r}; expected a script "
             f"({', '.join(SCRIPTS)}) or a language code ({', '.join(sorted(LANGUAGES))})"
         )
     return key
@@ -156,8 +158,26 @@ class LanguageVerifier:
         self.target = resolve_target(target)
 
     def __call__(self, completion: str, sample: Mapping[str, Any]) -> float:
-        target = sample.get("language") or self.target
-        return language_share(reasoning_text(completion), target)
+        return language_share(reasoning_text(completion), self.sample_target(sample))
+
+    def sample_target(self, sample: Mapping[str, Any]) -> str:
+        """The script to score against: sample["language"] when set, else the verifier's."""
+        language = sample.get("language")
+        if language is None or language == "":
+            return self.target
+        where = f"language verifier: sample {str(sample.get('id', '?'))[:80]!r}"
+        if not isinstance(language, str):
+            raise DataError(
+                f"{where}: field 'language' must be a script or language code string, "
+                f"got {type(language).__name__}"
+            )
+        try:
+            return resolve_target(language)
+        except ValueError:
+            raise DataError(
+                f"{where}: field 'language' {language[:80]!r} is not a script "
+                f"({', '.join(SCRIPTS)}) or a language code ({', '.join(sorted(LANGUAGES))})"
+            ) from None
 
 
 language_reward = LanguageVerifier()

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any
 
-from rlvr.errors import ConfigError
+from rlvr.errors import ConfigError, DataError
 from rlvr.rewards.base import Score
 
 # Greedy `(.+)$`, not a lazy group before `[ \t]*$`: a lazy one is quadratic on a long line.
@@ -472,11 +472,18 @@ class MathVerifier:
         )
 
     def score(self, completion: str, sample: Mapping[str, Any]) -> Score:
+        gold = sample.get("answer")
+        if gold is None or isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
+            what = "is missing" if gold is None else f"is a {type(gold).__name__}"
+            raise DataError(
+                f"math verifier: sample {str(sample.get('id', '?'))[:80]!r}: field 'answer' "
+                f"{what} (expected the reference answer as a string or number)"
+            )
+        gold = str(gold)
         found = self.extract(completion)
         shown = " | ".join(found.answers)
         if found.problem:
             return Score(0.0, f"{found.problem}: {shown}" if shown else found.problem)
-        gold = str(sample["answer"])
         try:
             ok, bad = self._check(found.answers, gold)
         except TimeoutError as e:

@@ -40,25 +40,37 @@ def get_verifier(spec: str) -> Verifier:
         return builtin[spec]
     if ":" not in spec:
         raise ConfigError(
-            f"reward.verifier: unknown verifier '{spec}'; expected one of "
+            f"reward.verifier: unknown verifier {spec!r}; expected one of "
             f"{', '.join(sorted(builtin))}, 'module:function' or 'file.py:function'"
         )
     target, name = spec.rsplit(":", 1)
     if target.endswith(".py"):
         path = Path(target)
         if not path.is_file():
-            raise ConfigError(f"reward.verifier: file {path} not found")
+            raise ConfigError(f"reward.verifier: file {str(path)!r} not found")
         module_spec = importlib.util.spec_from_file_location(
             f"rlvr_user_verifier_{path.stem}", path
         )
         module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
         module_spec.loader.exec_module(module)  # type: ignore[union-attr]
     else:
+        if (
+            not target
+            or target.startswith(".")
+            or not all(part.isidentifier() for part in target.split("."))
+        ):
+            raise ConfigError(
+                f"reward.verifier: {spec!r}: expected 'module:function' with an absolute dotted "
+                f"module name, or 'file.py:function'"
+            )
         try:
             module = importlib.import_module(target)
         except ImportError as e:
-            raise ConfigError(f"reward.verifier: cannot import module '{target}': {e}") from None
+            message = " ".join(str(e).split())
+            raise ConfigError(
+                f"reward.verifier: cannot import module {target!r}: {message}"
+            ) from None
     fn = getattr(module, name, None)
     if not callable(fn):
-        raise ConfigError(f"reward.verifier: '{target}' has no function '{name}'")
+        raise ConfigError(f"reward.verifier: {target!r} has no function {name!r}")
     return fn
