@@ -1,6 +1,8 @@
 """Rollout engines: turn prompts into sampled completions with per-token log-probabilities."""
 
+from rlvr.rollout.engines import ENGINES, build_engine
+from rlvr.rollout.fast_engine import FastEngine
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.types import RolloutBatch, SamplingParams
 
-__all__ = ["HFEngine", "RolloutBatch", "SamplingParams"]
+__all__ = ["ENGINES", "FastEngine", "HFEngine", "RolloutBatch", "SamplingParams", "build_engine"]

@@ -158,9 +158,11 @@ def evaluate_model(
     k: int = 0,
     budgets: Sequence[int] = (128, 256, 512),
     system_prompt: str | None = None,
+    engine: str = "fast",
 ) -> dict[str, float]:
-    """Load the model of `model_cfg` (a ModelConfig) for inference and `evaluate` it; the
-    result also carries `num_parameters`. The model is released when this returns."""
+    """Load the model of `model_cfg` (a ModelConfig) for inference and `evaluate` it with the
+    named rollout engine; the result also carries `num_parameters`. The model is released when
+    this returns."""
     from rlvr.models.loading import (
         encode_prompt,
         load_model,
@@ -169,7 +171,7 @@ def evaluate_model(
         resolve_dtype,
         uses_chat_template,
     )
-    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.rollout import build_engine
 
     device = resolve_device(model_cfg.device)
     tokenizer = load_tokenizer(
@@ -184,7 +186,7 @@ def evaluate_model(
         for s in samples
     ]
     metrics = evaluate(
-        HFEngine(model, tokenizer),
+        build_engine(engine, model, tokenizer),
         samples,
         prompts,
         verifier,

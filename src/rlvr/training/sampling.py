@@ -76,6 +76,7 @@ class SamplingConfig:
     top_k: int = _f(0, "top-k sampling (0 = off)", ge=0)
     max_new_tokens: int = _f(64, "completion length limit, tokens", ge=1)
     max_batch_size: int = _f(256, "rows (prompt x completion) decoded together", ge=1)
+    engine: str = _f("fast", "generation engine (docs/rollout.md)", choices=["hf", "fast"])
     seed: int = _f(0, "seed of the prompt draw (train split) and of sampling")
 
 
@@ -233,7 +234,7 @@ def sample_and_score(
     from rlvr.observe.metrics import Progress
     from rlvr.rewards.compose import build_verifier
     from rlvr.rewards.pool import VerifierPool
-    from rlvr.rollout import HFEngine, SamplingParams
+    from rlvr.rollout import SamplingParams, build_engine
     from rlvr.training.grpo import Scorer
 
     s = cfg.sampling
@@ -263,7 +264,7 @@ def sample_and_score(
             prompt["system"] = cfg.data.system_prompt
 
     model = load_model(cfg.model, device, dtype, train=False)
-    engine = HFEngine(model, tokenizer, max_batch_size=s.max_batch_size)
+    engine = build_engine(s.engine, model, tokenizer, max_batch_size=s.max_batch_size)
     params = SamplingParams(
         temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=s.max_new_tokens
     )

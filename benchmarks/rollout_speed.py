@@ -1,0 +1,138 @@
+"""Rollout throughput: FastEngine vs HFEngine vs transformers `model.generate`, tokens/s.
+
+    python benchmarks/rollout_speed.py                       # the embedded model
+    python benchmarks/rollout_speed.py --model DIR [--gguf-file F] --batch 8 16 32
+
+For each batch size B, every method generates `--waves` x B rows (B / group prompts x `--group`
+samples, prompt-major) with B sequences decoding concurrently: the engines with
+max_batch_size=B, `generate` on chunks of B rows (left-padded, the same prompts repeated).
+Throughput = completion tokens (up to and including EOS) / wall seconds (`*_tok_s`), and / CPU
+seconds of this process (`*_tok_cpu_s`, steadier on a shared machine), sampling at
+temperature 1. Prompts are "a+b=" sums of 3-digit numbers (the embedded model's task; any text
+model accepts them). The first repeat of each method is a warm-up and is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rlvr.models.embedded import embedded_model_path
+from rlvr.rollout import FastEngine, HFEngine, SamplingParams
+
+
+def addition_prompts(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [f"{rng.randint(100, 999)}+{rng.randint(100, 999)}=" for _ in range(count)]
+
+
+def completion_tokens(ids: torch.Tensor, eos_ids: set[int]) -> int:
+    """Tokens of one generate() row up to and including its first EOS."""
+    for position, token in enumerate(ids.tolist()):
+        if token in eos_ids:
+            return position + 1
+    return ids.numel()
+
+
+def time_engine(engine, prompts, group, sampling, seed) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of this process, completion tokens) of one generate call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    batch = engine.generate(prompts, group, sampling, torch.Generator().manual_seed(seed))
+    tokens = sum(batch.completion_lengths)
+    return time.perf_counter() - wall, time.process_time() - cpu, tokens
+
+
+def time_generate(model, tokenizer, prompts, group, batch_size, sampling, eos_ids, seed):
+    rows = [p for p in prompts for _ in range(group)]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
+    torch.manual_seed(seed)
+    wall, cpu, tokens = time.perf_counter(), time.process_time(), 0
+    for first in range(0, len(rows), batch_size):
+        chunk = rows[first : first + batch_size]
+        width = max(len(r) for r in chunk)
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in chunk])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in chunk])
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=sampling.max_new_tokens,
+                pad_token_id=pad,
+                eos_token_id=sorted(eos_ids),
+            )
+        tokens += sum(completion_tokens(row, eos_ids) for row in out[:, width:])
+    return time.perf_counter() - wall, time.process_time() - cpu, tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="HF model dir (default: embedded)")
+    parser.add_argument("--gguf-file", default=None, help="GGUF file inside --model")
+    parser.add_argument("--batch", type=int, nargs="+", default=[8, 16, 32])
+    parser.add_argument("--group", type=int, default=4, help="samples per prompt")
+    parser.add_argument("--waves", type=int, default=4, help="rows = waves x batch")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs (after a warm-up)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--methods", nargs="+", default=["fast", "hf", "generate"])
+    parser.add_argument("--compile", action="store_true", help="FastEngine(compile=True)")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    path = args.model or str(embedded_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(path, gguf_file=args.gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, gguf_file=args.gguf_file, dtype=torch.float32
+    ).eval()
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
+    results = []
+    for batch_size in args.batch:
+        if batch_size % args.group:
+            raise SystemExit(f"--batch {batch_size} is not a multiple of --group {args.group}")
+        texts = addition_prompts(args.waves * batch_size // args.group, seed=batch_size)
+        prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        engines = {
+            "fast": FastEngine(model, tokenizer, max_batch_size=batch_size, compile=args.compile),
+            "hf": HFEngine(model, tokenizer, max_batch_size=batch_size),
+        }
+        eos_ids = set(engines["hf"].eos_token_ids)
+        row = {"batch": batch_size, "rows": len(prompts) * args.group}
+        for method in args.methods:
+            total = [0.0, 0.0, 0]  # wall s, CPU s, tokens
+            for repeat in range(args.repeats + 1):  # repeat 0 warms up (and compiles, if any)
+                if method == "generate":
+                    measured = time_generate(
+                        model, tokenizer, prompts, args.group, batch_size, sampling, eos_ids, repeat
+                    )
+                else:
+                    measured = time_engine(engines[method], prompts, args.group, sampling, repeat)
+                if repeat > 0:
+                    total = [a + b for a, b in zip(total, measured, strict=True)]
+            row[f"{method}_tok_s"] = round(total[2] / total[0], 1)
+            row[f"{method}_tok_cpu_s"] = round(total[2] / total[1], 1)
+        for method in ("hf", "generate"):
+            if "fast" in args.methods and method in args.methods:
+                for unit in ("tok_s", "tok_cpu_s"):
+                    ratio = row[f"fast_{unit}"] / row[f"{method}_{unit}"]
+                    row[f"fast_vs_{method}" + ("_cpu" if unit == "tok_cpu_s" else "")] = round(
+                        ratio, 2
+                    )
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""The fast rollout engine: static KV cache, shared prompt prefill, continuous batching.
+
+Same contract as `HFEngine` (rows prompt-major, EOS kept, exact sampling log-probs, stop
+strings), built for throughput:
+
+1. Static cache: K/V live in `SlotKVCache` buffers [slots, kv_heads, max_len, head_dim],
+   allocated once and reused across calls while the shapes fit.
+2. Prefix sharing: each prompt is prefilled once; its K/V and next-token logits are copied into
+   the slots of its `n` samples.
+3. Continuous batching: at most `max_batch_size` slots decode together; when a row ends, its
+   slot takes the next pending (prompt, sample) row at once, so a long tail does not idle the
+   batch. When nothing is pending, finished slots are compacted away and the batch narrows.
+4. The forward pass is `LlamaFamilyDecoder` (written over the model's own modules; only the
+   last position's logits are computed). Other architectures fall back to `HFEngine`.
+
+Per step: one sampling call on [W, V] logits, batched EOS/length checks, one host sync to learn
+whether any row finished; stop strings are decoded only when set. See docs/rollout.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.rollout.hf_engine import FINISH_REASONS, HFEngine, _default_eos_ids, _default_pad_id
+from rlvr.rollout.kv_cache import SlotKVCache
+from rlvr.rollout.llama_decoder import LlamaFamilyDecoder, sliding_window, unsupported_reason
+from rlvr.rollout.sampling import check_sampling_params, sample_next
+from rlvr.rollout.types import RolloutBatch, SamplingParams
+
+_LENGTH, _EOS, _STOP = (FINISH_REASONS.index(r) for r in ("length", "eos", "stop"))
+_STOP_TAIL_MARGIN = 8  # as in HFEngine: tokens decoded beyond the longest stop string
+# The cache length is rounded up to a multiple of this, so calls with slightly different
+# prompt lengths reuse the same buffers (and, when compiled, the same graph).
+_LENGTH_QUANTUM = 64
+
+
+@dataclass
+class _Prefix:
+    """One prefilled prompt, kept until the last of its samples has taken a slot."""
+
+    keys: list[torch.Tensor]  # per layer [kv_heads, P, head_dim]
+    values: list[torch.Tensor]
+    logits: torch.Tensor  # [V] float32: the distribution of the first completion token
+    rows_left: int  # samples of this prompt that have not taken a slot yet
+
+
+class FastEngine:
+    """Generate completions like `HFEngine`, faster, for Llama-family models.
+
+    model, tokenizer, max_batch_size, eos_token_ids, pad_token_id: as in `HFEngine`
+        (max_batch_size = slots decoded together).
+    compile: wrap the decode step in `torch.compile` (static shapes: the width is the row count
+        rounded up to a power of two, capped at max_batch_size, and never narrows). Off by
+        default: its compile time is not repaid by a typical run on a CPU (docs/rollout.md).
+    compile_backend: the `torch.compile` backend ("inductor"; "eager" only traces).
+    fuse_projections: during a call, multiply by fused q/k/v and gate/up copies of the plain
+        linear weights (made when the call starts; more memory, fewer ops per step).
+    Unsupported architectures (see `llama_decoder.unsupported_reason`) are served by an
+    internal `HFEngine`; `fallback_reason` says why, and is None when the fast path is used.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        *,
+        max_batch_size: int = 256,
+        eos_token_ids: list[int] | None = None,
+        pad_token_id: int | None = None,
+        compile: bool = False,
+        compile_backend: str = "inductor",
+        fuse_projections: bool = True,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"FastEngine max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.eos_token_ids = (
+            list(eos_token_ids) if eos_token_ids is not None else _default_eos_ids(model, tokenizer)
+        )
+        self.pad_token_id = _default_pad_id(tokenizer, self.eos_token_ids, pad_token_id)
+        self.compile = compile
+        self._hf = HFEngine(
+            model,
+            tokenizer,
+            max_batch_size=max_batch_size,
+            eos_token_ids=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+        )
+        # A peft (LoRA) wrapper: run the wrapped model's modules, adapters included.
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.fallback_reason = unsupported_reason(inner)
+        self._decoder = (
+            LlamaFamilyDecoder(inner, fuse_projections) if self.fallback_reason is None else None
+        )
+        self._window = sliding_window(inner) if self._decoder is not None else None
+        self._cache: SlotKVCache | None = None
+        self._decode = self._decoder.decode if self._decoder is not None else None
+        if compile and self._decoder is not None:
+            self._decode = torch.compile(
+                self._decoder.decode, backend=compile_backend, dynamic=False
+            )
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Copy `state_dict` into the engine's model (nothing when it is the model's own)."""
+        self._hf.load_weights(state_dict)
+
+    def release_cache(self) -> None:
+        """Free the K/V buffers kept between calls (the next call allocates them again)."""
+        self._cache = None
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]] | Sequence[torch.Tensor],
+        n: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+    ) -> RolloutBatch:
+        """Sample `n` completions per prompt; rows of one prompt are contiguous.
+
+        prompts: token ids of each prompt (lists or 1-D tensors, any lengths >= 1).
+        generator: seeds the draws; must live on the model's device. Ignored when greedy.
+        Returned tensors are on the CPU; the model runs in eval mode under no_grad and its
+        training flag is restored afterwards.
+        """
+        check_sampling_params(sampling)
+        if n < 1:
+            raise ValueError(f"FastEngine.generate: n must be >= 1, got {n}")
+        prompt_ids = [_as_prompt_tensor(p, i) for i, p in enumerate(prompts)]
+        max_len = max((p.numel() for p in prompt_ids), default=0) + sampling.max_new_tokens
+        if (
+            not prompt_ids
+            or self._decoder is None
+            or (self._window is not None and max_len > self._window)
+        ):
+            return self._hf.generate(prompt_ids, n, sampling, generator)
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                self._decoder.prepare()
+                run = _Rollout(self, prompt_ids, n, sampling, generator)
+                completions, logprobs, reasons = run.decode()
+        finally:
+            self._decoder.release()
+            self.model.train(was_training)
+        texts = [self._completion_text(c, r) for c, r in zip(completions, reasons, strict=True)]
+        return RolloutBatch(
+            prompt_ids=[p for p in prompt_ids for _ in range(n)],
+            completion_ids=completions,
+            completion_text=texts,
+            logprobs=logprobs,
+            finish_reason=reasons,
+            prompt_index=[i for i in range(len(prompt_ids)) for _ in range(n)],
+        )
+
+    def _slot_cache(self, slots: int, max_len: int) -> SlotKVCache:
+        """The kept buffers when they fit this call, else new ones (replacing them)."""
+        decoder, param = self._decoder, next(self.model.parameters())
+        max_len = -(-max_len // _LENGTH_QUANTUM) * _LENGTH_QUANTUM
+        shape = (decoder.num_layers, slots, decoder.kv_heads, max_len, decoder.head_dim)
+        if self._cache is None or not self._cache.fits(*shape, param.dtype, param.device):
+            self._cache = None  # free the old buffers before allocating the new ones
+            self._cache = SlotKVCache(*shape, param.dtype, param.device)
+        return self._cache
+
+    def _completion_text(self, completion: torch.Tensor, reason: str) -> str:
+        ids = completion[:-1] if reason == "eos" else completion
+        return self.tokenizer.decode(ids.tolist(), skip_special_tokens=False)
+
+
+class _Rollout:
+    """One `generate` call: the slot schedule and the decode loop.
+
+    Row r = prompt r // n, sample r % n. Slot state lives in [slots] device tensors, of which
+    the first `width` are decoded each step; `slot_row[s]` (host) is the row slot s serves, or
+    -1 when the slot is idle.
+    """
+
+    def __init__(
+        self,
+        engine: FastEngine,
+        prompts: list[torch.Tensor],
+        n: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> None:
+        self.engine, self.prompts, self.n = engine, prompts, n
+        self.sampling, self.generator = sampling, generator
+        self.device = engine.device
+        self.num_rows = len(prompts) * n
+        slots = min(engine.max_batch_size, self.num_rows)
+        longest = max(p.numel() for p in prompts) + sampling.max_new_tokens
+        if engine.compile:
+            # A compiled step has a static width: a power of two, so few widths get compiled.
+            slots = min(engine.max_batch_size, 1 << (slots - 1).bit_length())
+        self.cache = engine._slot_cache(slots, longest)
+        self.slots = slots
+        device, max_new = self.device, sampling.max_new_tokens
+        self.eos_ids = torch.tensor(engine.eos_token_ids, dtype=torch.long, device=device)
+        self.tokens = torch.full((slots, max_new), engine.pad_token_id, device=device)
+        self.token_logprobs = torch.zeros((slots, max_new), dtype=torch.float32, device=device)
+        self.generated = torch.zeros(slots, dtype=torch.long, device=device)  # tokens so far
+        self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # next feed pos
+        self.active = torch.zeros(slots, dtype=torch.bool, device=device)
+        self.logits: torch.Tensor | None = None  # [slots, V] next-token logits
+        self.slot_row = [-1] * slots
+        # Host mirror of the cache length each busy slot uses: positions[s] + 1 equals
+        # slot_offset[s] + forwards, since every forward advances all slots by one.
+        self.slot_offset = [0] * slots
+        self.forwards = 0
+        self.busy = 0  # slots serving a row
+        self.cache_len = 0  # max cache length over busy slots
+        self.next_row = 0
+        self.prefixes: dict[int, _Prefix] = {}
+        self.results: list[tuple[torch.Tensor, torch.Tensor, str] | None] = [None] * self.num_rows
+
+    # -- schedule ---------------------------------------------------------------------------
+
+    def _prefill_from(self, first: int) -> None:
+        """Prefill prompts first.. in one right-padded batch: as many prompts as the slots can
+        take at once (at least one), so prefills are few and batched."""
+        engine = self.engine
+        count = min(max(1, -(-self.slots // self.n)), len(self.prompts) - first)
+        batch = self.prompts[first : first + count]
+        lengths = torch.tensor([p.numel() for p in batch])
+        ids = torch.full((count, int(lengths.max())), engine.pad_token_id, dtype=torch.long)
+        for row, prompt in enumerate(batch):
+            ids[row, : prompt.numel()] = prompt
+        keys, values, logits = engine._decoder.prefill(ids.to(self.device), lengths.to(self.device))
+        for row, prompt in enumerate(batch):
+            length = prompt.numel()
+            self.prefixes[first + row] = _Prefix(
+                keys=[k[row, :, :length] for k in keys],
+                values=[v[row, :, :length] for v in values],
+                logits=logits[row],
+                rows_left=self.n,
+            )
+
+    def _fill(self, free_slots: list[int]) -> None:
+        """Give free slots the next pending rows, in row order (prompt-major, sample-minor)."""
+        assigned: dict[int, list[int]] = {}
+        for slot in free_slots:
+            if self.next_row >= self.num_rows:
+                break
+            row = self.next_row
+            self.next_row += 1
+            prompt = row // self.n
+            if prompt not in self.prefixes:
+                self._prefill_from(prompt)
+            assigned.setdefault(prompt, []).append(slot)
+            self.slot_row[slot] = row
+        if not assigned:
+            return
+        if self.logits is None:
+            vocab = next(iter(self.prefixes.values())).logits.shape[-1]
+            self.logits = torch.zeros((self.slots, vocab), device=self.device)
+        for prompt, slots in assigned.items():
+            prefix = self.prefixes[prompt]
+            index = torch.tensor(slots, device=self.device)
+            self.cache.load_prefix(index, prefix.keys, prefix.values)
+            self.logits[index] = prefix.logits
+            length = prefix.keys[0].shape[1]
+            self.positions[index] = length
+            self.generated[index] = 0
+            self.active[index] = True
+            for slot in slots:
+                self.slot_offset[slot] = length + 1 - self.forwards
+            self.busy += len(slots)
+            prefix.rows_left -= len(slots)
+            if prefix.rows_left == 0:
+                del self.prefixes[prompt]
+        self._refresh_cache_len()
+
+    def _refresh_cache_len(self) -> None:
+        offsets = [self.slot_offset[s] for s, row in enumerate(self.slot_row) if row >= 0]
+        self.cache_len = max(offsets, default=0) + self.forwards
+
+    def _harvest(self, finished: list[int], reasons: torch.Tensor) -> None:
+        """Store the completions of finished slots and mark the slots idle."""
+        index = torch.tensor(finished, device=self.device)
+        lengths = self.generated[index].tolist()
+        codes = reasons[index].tolist()
+        tokens = self.tokens[index].cpu()
+        logprobs = self.token_logprobs[index].cpu()
+        for i, slot in enumerate(finished):
+            length = lengths[i]
+            self.results[self.slot_row[slot]] = (
+                tokens[i, :length].clone(),
+                logprobs[i, :length].clone(),
+                FINISH_REASONS[codes[i]],
+            )
+            self.slot_row[slot] = -1
+        self.busy -= len(finished)
+        self.active[index] = False
+        # Idle slots keep being fed (their outputs are ignored); restart them at position 0 so
+        # they can never run past the end of the cache.
+        self.positions[index] = 0
+        self.generated[index] = 0
+        self._refresh_cache_len()
+
+    def _compact(self, width: int) -> int:
+        """Move the busy slots among 0..width-1 to the front; returns the new width."""
+        busy = [s for s in range(width) if self.slot_row[s] >= 0]
+        if busy == list(range(len(busy))):
+            return len(busy)
+        index = torch.tensor(busy, device=self.device)
+        self.cache.compact(index, self.cache_len)
+        for state in (self.tokens, self.token_logprobs, self.generated, self.positions):
+            state[: len(busy)] = state[index]
+        self.logits[: len(busy)] = self.logits[index]
+        self.active[: len(busy)] = True
+        self.active[len(busy) :] = False
+        self.slot_row[: len(busy)] = [self.slot_row[s] for s in busy]
+        self.slot_offset[: len(busy)] = [self.slot_offset[s] for s in busy]
+        for s in range(len(busy), width):
+            self.slot_row[s] = -1
+        return len(busy)
+
+    # -- decode loop ------------------------------------------------------------------------
+
+    def decode(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[str]]:
+        engine, sampling = self.engine, self.sampling
+        max_new = sampling.max_new_tokens
+        self._fill(list(range(self.slots)))
+        width = self.slots
+        while True:
+            logits = self.logits[:width]
+            active = self.active[:width]
+            generated = self.generated[:width]
+            tokens, logprobs = sample_next(logits, sampling, self.generator)
+            column = generated.unsqueeze(-1)  # idle slots sit at column 0, busy ones < max_new
+            self.tokens[:width].scatter_(1, column, tokens.unsqueeze(-1))
+            self.token_logprobs[:width].scatter_(1, column, logprobs.unsqueeze(-1))
+            generated += active
+
+            eos = torch.isin(tokens, self.eos_ids)
+            finished = (eos | (generated >= max_new)) & active
+            stopped = None
+            if sampling.stop:
+                stopped = self._stop_string_hits(width) & ~eos
+                finished |= stopped & active
+            finished_slots = finished.nonzero().flatten().tolist() if finished.any() else []
+            if len(finished_slots) < self.busy:  # some row goes on: feed the sampled tokens
+                length = self.cache.max_len if engine.compile else self.cache_len
+                self.logits[:width] = engine._decode(
+                    tokens, self.positions[:width], self.cache, length
+                )
+                self.positions[:width] += 1
+                self.forwards += 1
+                self.cache_len += 1
+            if finished_slots:
+                reasons = torch.where(eos, _EOS, _LENGTH)
+                if stopped is not None:
+                    reasons = torch.where(stopped, _STOP, reasons)
+                self._harvest(finished_slots, reasons)
+                self._fill(finished_slots)
+                if self.busy == 0:
+                    break
+                if self.next_row >= self.num_rows and not engine.compile and 2 * self.busy <= width:
+                    width = self._compact(width)
+        completions, logprobs, reasons = zip(*self.results, strict=True)
+        return list(completions), list(logprobs), list(reasons)
+
+    def _stop_string_hits(self, width: int) -> torch.Tensor:
+        """Slots whose completion tail now contains a stop string, as [width] bool.
+
+        Only the last max(len(stop)) + margin tokens of each busy slot are decoded: the check
+        runs after every token, so a stop string found there was completed by the newest one.
+        """
+        stop = self.sampling.stop
+        window = min(max(len(s) for s in stop) + _STOP_TAIL_MARGIN, self.tokens.shape[1])
+        generated = self.generated[:width]
+        columns = generated.unsqueeze(1) - window + torch.arange(window, device=self.device)
+        tails = self.tokens[:width].gather(1, columns.clamp(min=0)).tolist()
+        starts = (window - generated).clamp(min=0).tolist()  # columns before the first token
+        hits = torch.zeros(width, dtype=torch.bool)
+        for slot in range(width):
+            if self.slot_row[slot] >= 0:
+                text = self.engine.tokenizer.decode(
+                    tails[slot][starts[slot] :], skip_special_tokens=False
+                )
+                hits[slot] = any(s in text for s in stop)
+        return hits.to(self.device)
+
+
+def _as_prompt_tensor(prompt: Sequence[int] | torch.Tensor, index: int) -> torch.Tensor:
+    ids = torch.as_tensor(prompt, dtype=torch.long).detach().cpu()
+    if ids.dim() != 1 or ids.numel() == 0:
+        raise ValueError(
+            f"FastEngine.generate: prompt {index} must be a non-empty 1-D list of token ids, "
+            f"got shape {tuple(ids.shape)}"
+        )
+    return ids

@@ -1,0 +1,407 @@
+import math
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from rlvr.errors import ConfigError
+from rlvr.models.embedded import embedded_model_path
+from rlvr.rollout import FastEngine, HFEngine, RolloutBatch, SamplingParams, build_engine
+from rlvr.rollout.sampling import filter_logits
+
+PROMPTS = ["12+3=", "a", "What is 7*8?", "<think>x", "9-4=5,"]
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)
+
+
+@pytest.fixture
+def prompts(char_tokenizer) -> list[list[int]]:
+    return [char_tokenizer.encode(p) for p in PROMPTS]
+
+
+def early_eos_ids(engine: HFEngine, prompts: list[list[int]]) -> list[int]:
+    """A token that greedy decoding emits early in some rows and never in others: used as EOS,
+    it makes rows end at different steps (so slots free up at different times)."""
+    reference = engine.generate(prompts, 1, GREEDY)
+    for token in sorted({t for c in reference.completion_ids for t in c[1:6].tolist()}):
+        if any(token not in c.tolist() for c in reference.completion_ids):
+            return [token]
+    raise AssertionError("no token separates the rows; pick other prompts")
+
+
+def assert_same_rollouts(fast: RolloutBatch, reference: RolloutBatch, atol: float = 1e-4):
+    assert fast.prompt_index == reference.prompt_index
+    assert fast.finish_reason == reference.finish_reason
+    assert fast.completion_text == reference.completion_text
+    for row, (a, b) in enumerate(zip(fast.completion_ids, reference.completion_ids, strict=True)):
+        assert torch.equal(a, b), row
+        assert torch.equal(fast.prompt_ids[row], reference.prompt_ids[row])
+        torch.testing.assert_close(fast.logprobs[row], reference.logprobs[row], atol=atol, rtol=0)
+
+
+def processed_logprobs(model, prompt: list[int], completion: torch.Tensor, sampling):
+    """Log-probs of each completion token under the processed distribution (temperature,
+    top-k, top-p), recomputed from one uncached forward pass of prompt + completion."""
+    ids = torch.tensor(prompt + completion.tolist())[None]
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()
+    logits = logits[len(prompt) - 1 : ids.shape[1] - 1]
+    if sampling.temperature > 0:
+        logits = filter_logits(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+    return logits.log_softmax(-1).gather(1, completion[:, None])[:, 0]
+
+
+def tiny_model(char_tokenizer, config_class, model_class, **overrides):
+    torch.manual_seed(0)
+    settings = dict(
+        vocab_size=len(char_tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=char_tokenizer.eos_token_id,
+        pad_token_id=char_tokenizer.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    settings.update(overrides)
+    model = model_class(config_class(**settings)).eval()
+    model.generation_config.bos_token_id = None
+    return model
+
+
+# -- equivalence with the reference engine -----------------------------------------------------
+
+
+@pytest.mark.parametrize("max_batch_size", [1, 4, 256])
+def test_greedy_equals_hf_engine_with_early_eos_groups_and_reused_slots(
+    tiny_llama, char_tokenizer, prompts, max_batch_size
+):
+    eos = early_eos_ids(HFEngine(tiny_llama, char_tokenizer, eos_token_ids=[]), prompts)
+    reference = HFEngine(tiny_llama, char_tokenizer, eos_token_ids=eos).generate(prompts, 3, GREEDY)
+    assert "eos" in reference.finish_reason and "length" in reference.finish_reason
+    engine = FastEngine(
+        tiny_llama, char_tokenizer, eos_token_ids=eos, max_batch_size=max_batch_size
+    )
+    assert engine.fallback_reason is None
+    assert_same_rollouts(engine.generate(prompts, 3, GREEDY), reference)
+
+
+@pytest.mark.parametrize("architecture", ["gqa_llama", "qwen2_with_biases"])
+def test_greedy_equals_hf_engine_for_gqa_and_qkv_bias_models(char_tokenizer, prompts, architecture):
+    if architecture == "gqa_llama":
+        model = tiny_model(char_tokenizer, LlamaConfig, LlamaForCausalLM, num_key_value_heads=1)
+    else:
+        model = tiny_model(char_tokenizer, Qwen2Config, Qwen2ForCausalLM)
+    reference = HFEngine(model, char_tokenizer).generate(prompts, 2, GREEDY)
+    engine = FastEngine(model, char_tokenizer, max_batch_size=3)
+    assert engine.fallback_reason is None
+    assert_same_rollouts(engine.generate(prompts, 2, GREEDY), reference)
+
+
+@pytest.mark.parametrize("window, expect_fallback", [(64, False), (10, True)])
+def test_sliding_window_shorter_than_the_call_falls_back_to_hf(
+    char_tokenizer, prompts, monkeypatch, window, expect_fallback
+):
+    model = tiny_model(char_tokenizer, MistralConfig, MistralForCausalLM, sliding_window=window)
+    engine = FastEngine(model, char_tokenizer, max_batch_size=3)
+    fallback_calls = []
+    original = engine._hf.generate
+    monkeypatch.setattr(
+        engine._hf, "generate", lambda *a, **k: fallback_calls.append(1) or original(*a, **k)
+    )
+    reference = HFEngine(model, char_tokenizer).generate(prompts, 2, GREEDY)
+    assert_same_rollouts(engine.generate(prompts, 2, GREEDY), reference)
+    assert bool(fallback_calls) == expect_fallback
+
+
+def test_bfloat16_model_follows_hf_rounding(tiny_llama, char_tokenizer, prompts):
+    # In half precision the engine rounds like HF's modules (no folded norms, no fused
+    # multiply-adds), so even bf16 greedy decoding gives the same tokens.
+    model = tiny_llama.to(torch.bfloat16)
+    reference = HFEngine(model, char_tokenizer).generate(prompts, 2, GREEDY)
+    fast = FastEngine(model, char_tokenizer, max_batch_size=3).generate(prompts, 2, GREEDY)
+    assert_same_rollouts(fast, reference, atol=1e-3)
+
+
+def test_unfused_module_path_gives_the_same_rollouts(tiny_llama, char_tokenizer, prompts):
+    fused = FastEngine(tiny_llama, char_tokenizer).generate(prompts, 2, GREEDY)
+    unfused = FastEngine(tiny_llama, char_tokenizer, fuse_projections=False).generate(
+        prompts, 2, GREEDY
+    )
+    assert_same_rollouts(unfused, fused)
+
+
+def test_lora_adapters_are_applied(tiny_llama, char_tokenizer, prompts):
+    peft = pytest.importorskip("peft")
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
+    model = peft.get_peft_model(tiny_llama, config)
+    for name, param in model.named_parameters():
+        if "lora_B" in name:  # peft initialises B = 0: make the adapters change the outputs
+            torch.nn.init.normal_(param, std=0.5)
+    reference = HFEngine(model, char_tokenizer).generate(prompts, 1, GREEDY)
+    with model.disable_adapter():
+        base = HFEngine(model, char_tokenizer).generate(prompts, 1, GREEDY)
+    assert reference.completion_text != base.completion_text
+    engine = FastEngine(model, char_tokenizer)
+    assert engine.fallback_reason is None
+    assert_same_rollouts(engine.generate(prompts, 1, GREEDY), reference)
+
+
+def test_embedded_model_greedy_equals_hf_engine_on_addition_prompts():
+    path = embedded_model_path()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    texts = ["347+285=", "12+9=", "999+1=", "5+5=", "100+250="]
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=48)
+    reference = HFEngine(model, tokenizer).generate(prompts, 2, sampling)
+    assert "eos" in reference.finish_reason
+    fast = FastEngine(model, tokenizer, max_batch_size=3).generate(prompts, 2, sampling)
+    assert_same_rollouts(fast, reference)
+
+
+def test_weights_changed_in_place_are_used_by_the_next_call(
+    tiny_llama, char_tokenizer, prompts, make_tiny_llama
+):
+    engine = FastEngine(tiny_llama, char_tokenizer)
+    before = engine.generate(prompts, 1, GREEDY)
+    with torch.no_grad():
+        for mine, other in zip(
+            tiny_llama.parameters(), make_tiny_llama(1).parameters(), strict=True
+        ):
+            mine.copy_(other)
+    after = engine.generate(prompts, 1, GREEDY)
+    assert after.completion_text != before.completion_text
+    assert_same_rollouts(after, HFEngine(tiny_llama, char_tokenizer).generate(prompts, 1, GREEDY))
+
+
+def test_compiled_decode_step_keeps_greedy_outputs(tiny_llama, char_tokenizer, prompts):
+    # The "eager" backend runs the traced graph without code generation: it checks that the
+    # decode step traces and that the static-width schedule (5 rows -> 8 slots) is right,
+    # without the tens of seconds inductor needs on a CPU.
+    engine = FastEngine(tiny_llama, char_tokenizer, compile=True, compile_backend="eager")
+    batch = engine.generate(prompts, 1, GREEDY)
+    assert engine._cache.slots == 8
+    assert_same_rollouts(batch, HFEngine(tiny_llama, char_tokenizer).generate(prompts, 1, GREEDY))
+
+
+def test_unsupported_architecture_falls_back_to_hf_engine(char_tokenizer, prompts):
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(char_tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=2
+    )
+    model = GPT2LMHeadModel(config).eval()
+    model.generation_config.eos_token_id = char_tokenizer.eos_token_id
+    engine = FastEngine(model, char_tokenizer)
+    assert "gpt2" in engine.fallback_reason
+    reference = HFEngine(model, char_tokenizer).generate(prompts, 2, GREEDY)
+    assert_same_rollouts(engine.generate(prompts, 2, GREEDY), reference, atol=0)
+
+
+# -- sampling --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingParams(temperature=0.7, max_new_tokens=10),
+        SamplingParams(temperature=1.3, top_k=5, max_new_tokens=10),
+        SamplingParams(temperature=1.0, top_p=0.8, max_new_tokens=10),
+        SamplingParams(temperature=0.9, top_k=7, top_p=0.9, max_new_tokens=10),
+    ],
+    ids=["temperature", "top_k", "top_p", "top_k_top_p"],
+)
+def test_sampled_logprobs_equal_the_processed_distribution_of_a_full_forward_pass(
+    tiny_llama, char_tokenizer, prompts, sampling
+):
+    engine = FastEngine(tiny_llama, char_tokenizer, max_batch_size=4, eos_token_ids=[5, 12])
+    batch = engine.generate(prompts, 3, sampling, torch.Generator().manual_seed(0))
+    assert len(set(batch.completion_lengths)) > 1  # rows ended at different steps
+    for row, completion in enumerate(batch.completion_ids):
+        prompt = prompts[batch.prompt_index[row]]
+        expected = processed_logprobs(tiny_llama, prompt, completion, sampling)
+        assert torch.isfinite(expected).all()  # every token was inside top-k / top-p
+        torch.testing.assert_close(batch.logprobs[row], expected, atol=1e-4, rtol=0)
+
+
+def test_first_token_frequencies_match_the_processed_softmax(tiny_llama, char_tokenizer):
+    prompt = char_tokenizer.encode("7*8=")
+    sampling = SamplingParams(temperature=2.0, top_k=6, max_new_tokens=1)
+    draws = 4000
+    batch = FastEngine(tiny_llama, char_tokenizer).generate(
+        [prompt], draws, sampling, torch.Generator().manual_seed(0)
+    )
+    with torch.no_grad():
+        logits = tiny_llama(input_ids=torch.tensor([prompt])).logits[0, -1]
+    probs = filter_logits(logits[None], 2.0, 6)[0].softmax(-1)
+    counts = torch.bincount(torch.cat(batch.completion_ids), minlength=probs.numel())
+    assert int((counts > 0).sum()) == 6 and (counts[probs == 0] == 0).all()
+    for token in probs.nonzero().flatten().tolist():
+        p = probs[token].item()
+        tolerance = 4 * math.sqrt(p * (1 - p) / draws)  # 4 standard errors
+        assert abs(counts[token].item() / draws - p) < tolerance, token
+
+
+def test_seeded_generator_reproduces_rollouts_and_other_seeds_differ(
+    tiny_llama, char_tokenizer, prompts
+):
+    engine = FastEngine(tiny_llama, char_tokenizer, max_batch_size=4, eos_token_ids=[5])
+    sampling = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=8)
+
+    def run(seed: int) -> RolloutBatch:
+        return engine.generate(prompts, 2, sampling, torch.Generator().manual_seed(seed))
+
+    first, again, other = run(3), run(3), run(4)
+    assert first.completion_text == again.completion_text
+    assert all(torch.equal(a, b) for a, b in zip(first.logprobs, again.logprobs, strict=True))
+    assert first.completion_text != other.completion_text
+
+
+# -- slots, finish reasons, stop strings -----------------------------------------------------
+
+
+def test_rows_stay_prompt_major_when_later_rows_finish_first(tiny_llama, char_tokenizer):
+    # Prompt 0's rows run to the length limit while prompt 1's end at once: slots freed by
+    # prompt 1 are refilled with prompt 2 and 3 rows before prompt 0's rows are done.
+    eos = early_eos_ids(HFEngine(tiny_llama, char_tokenizer, eos_token_ids=[]), [[7], [8]])
+    prompts = [[7], [8], [8, 9], [9]]
+    engine = FastEngine(tiny_llama, char_tokenizer, max_batch_size=3, eos_token_ids=eos)
+    batch = engine.generate(prompts, 2, GREEDY)
+    assert batch.prompt_index == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert batch.group_ids.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [p.tolist() for p in batch.prompt_ids] == [p for p in prompts for _ in range(2)]
+    reference = HFEngine(tiny_llama, char_tokenizer, eos_token_ids=eos).generate(prompts, 2, GREEDY)
+    assert len(set(reference.completion_lengths)) > 1
+    assert_same_rollouts(batch, reference)
+
+
+def test_n_samples_of_a_prompt_are_independent_draws(tiny_llama, char_tokenizer, prompts):
+    batch = FastEngine(tiny_llama, char_tokenizer).generate(
+        prompts[:2], 4, SamplingParams(max_new_tokens=6), torch.Generator().manual_seed(0)
+    )
+    assert len(set(batch.completion_text[:4])) > 1 and len(set(batch.completion_text[4:])) > 1
+
+
+def test_eos_is_kept_in_ids_and_dropped_from_text(tiny_llama, char_tokenizer, prompts):
+    eos = early_eos_ids(HFEngine(tiny_llama, char_tokenizer, eos_token_ids=[]), prompts)
+    batch = FastEngine(tiny_llama, char_tokenizer, eos_token_ids=eos).generate(prompts, 1, GREEDY)
+    for row, completion in enumerate(batch.completion_ids):
+        if batch.finish_reason[row] == "eos":
+            assert completion[-1].item() == eos[0] and eos[0] not in completion[:-1].tolist()
+            assert batch.completion_text[row] == char_tokenizer.decode(completion[:-1].tolist())
+        else:
+            assert batch.finish_reason[row] == "length"
+            assert completion.numel() == GREEDY.max_new_tokens
+    assert set(batch.finish_reason) == {"eos", "length"}
+
+
+def test_length_limit_truncates_with_finish_reason_length(tiny_llama, char_tokenizer, prompts):
+    batch = FastEngine(tiny_llama, char_tokenizer, eos_token_ids=[]).generate(
+        prompts, 2, SamplingParams(temperature=0.0, max_new_tokens=5)
+    )
+    assert batch.finish_reason == ["length"] * 10
+    assert batch.completion_lengths == [5] * 10 and batch.truncated == [True] * 10
+
+
+def test_stop_strings_end_rows_like_the_hf_engine(tiny_llama, char_tokenizer, prompts):
+    reference_engine = HFEngine(tiny_llama, char_tokenizer, eos_token_ids=[])
+    unstopped = reference_engine.generate(prompts, 1, GREEDY)
+    stops = (unstopped.completion_text[0][3:5], unstopped.completion_text[2][6:7])
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=12, stop=stops)
+    reference = reference_engine.generate(prompts, 2, sampling)
+    batch = FastEngine(tiny_llama, char_tokenizer, eos_token_ids=[], max_batch_size=3).generate(
+        prompts, 2, sampling
+    )
+    assert "stop" in batch.finish_reason
+    assert_same_rollouts(batch, reference)
+    for text, reason in zip(batch.completion_text, batch.finish_reason, strict=True):
+        assert (reason == "stop") == any(text.endswith(s) for s in stops)
+
+
+def test_sampled_stop_strings_and_eos_match_hf_rules(tiny_llama, char_tokenizer, prompts):
+    # Neither stop string occurs in the text of a special token ("<pad>", "<think>", ...).
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=10, stop=("Z", "7"))
+    batch = FastEngine(tiny_llama, char_tokenizer, max_batch_size=2, eos_token_ids=[5]).generate(
+        prompts, 3, sampling, torch.Generator().manual_seed(1)
+    )
+    for completion, text, reason in zip(
+        batch.completion_ids, batch.completion_text, batch.finish_reason, strict=True
+    ):
+        ids = completion.tolist()
+        # Only the last token may end the row: earlier tokens contain neither EOS nor a stop.
+        assert 5 not in ids[:-1]
+        assert not any(s in char_tokenizer.decode(ids[:-1]) for s in sampling.stop)
+        if reason == "eos":
+            assert ids[-1] == 5
+        elif reason == "stop":
+            assert any(text.endswith(s) for s in sampling.stop)
+        else:
+            assert len(ids) == 10
+    assert {"stop", "length"} <= set(batch.finish_reason)
+
+
+# -- engine plumbing -------------------------------------------------------------------------
+
+
+def test_no_prompts_give_an_empty_batch(tiny_llama, char_tokenizer):
+    batch = FastEngine(tiny_llama, char_tokenizer).generate([], 4, GREEDY)
+    assert len(batch) == 0 and batch.group_ids.numel() == 0
+
+
+def test_kv_buffers_are_reused_when_they_fit(tiny_llama, char_tokenizer, prompts):
+    engine = FastEngine(tiny_llama, char_tokenizer, max_batch_size=4)
+    engine.generate(prompts, 2, GREEDY)
+    buffers = engine._cache
+    engine.generate(prompts[:1], 2, SamplingParams(temperature=0.0, max_new_tokens=3))
+    assert engine._cache is buffers
+    engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=100))
+    assert engine._cache is not buffers and engine._cache.max_len >= 100
+    engine.release_cache()
+    assert engine._cache is None
+
+
+def test_generate_restores_training_flag(tiny_llama, char_tokenizer, prompts):
+    tiny_llama.train()
+    FastEngine(tiny_llama, char_tokenizer).generate(prompts, 1, SamplingParams(max_new_tokens=3))
+    assert tiny_llama.training
+
+
+def test_load_weights_copies_foreign_weights(tiny_llama, char_tokenizer, make_tiny_llama):
+    engine = FastEngine(tiny_llama, char_tokenizer)
+    other = make_tiny_llama(1)
+    engine.load_weights(other.state_dict())
+    for name, tensor in other.state_dict().items():
+        assert torch.equal(tiny_llama.state_dict()[name], tensor)
+
+
+def test_bad_arguments_are_rejected_with_what_was_expected(tiny_llama, char_tokenizer):
+    with pytest.raises(ValueError, match="max_batch_size must be >= 1"):
+        FastEngine(tiny_llama, char_tokenizer, max_batch_size=0)
+    engine = FastEngine(tiny_llama, char_tokenizer)
+    with pytest.raises(ValueError, match="prompt 1"):
+        engine.generate([[5, 6], []], 1, GREEDY)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        engine.generate([[5, 6]], 0, GREEDY)
+    with pytest.raises(ValueError, match="top_p"):
+        engine.generate([[5, 6]], 1, SamplingParams(top_p=0.0))
+
+
+def test_engines_are_built_by_their_config_name(tiny_llama, char_tokenizer):
+    fast = build_engine("fast", tiny_llama, char_tokenizer, max_batch_size=3)
+    assert isinstance(fast, FastEngine) and fast.max_batch_size == 3
+    assert isinstance(build_engine("hf", tiny_llama, char_tokenizer), HFEngine)
+    with pytest.raises(ConfigError, match=r"rollout.engine: unknown engine 'vllm'.*'fast'"):
+        build_engine("vllm", tiny_llama, char_tokenizer)
