@@ -126,7 +126,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     # Created only once the model has loaded: a failed start leaves nothing behind.
     if not args.resume:
         create_run_dir(run_dir)
-    summary = trainer.train()
+    from rlvr.training.grpo import TrainingInterrupted
+
+    try:
+        summary = trainer.train()
+    except TrainingInterrupted as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        return 128 + e.signum
     log(f"run directory: {run_dir}  ({summary['steps']} steps, {summary['wall_seconds']:.0f} s)")
     return 0
 

@@ -159,7 +159,12 @@ class RewardConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = _f("hf", "generation engine", choices=["hf"])
+    engine: str = _f(
+        "fast",
+        "generation engine: fast (static KV cache, prefix sharing, continuous batching; Llama, "
+        "Mistral, Qwen2, else it falls back to hf) or hf (the reference loop); docs/rollout.md",
+        choices=["hf", "fast"],
+    )
     prompts_per_step: int = _f(16, "prompts drawn per step", ge=1)
     group_size: int = _f(8, "completions per prompt (G)", ge=1)
     temperature: float = _f(1.0, "sampling temperature (0 = greedy)", ge=0.0)
@@ -230,6 +235,19 @@ class TrainingConfig:
     ppo_epochs: int = _f(1, "mu: optimisation passes over each rollout batch", ge=1)
     mini_batch_size: int = _f(0, "sequences per optimizer step (0 = the whole batch)", ge=0)
     micro_batch_size: int = _f(64, "sequences per forward/backward (gradient accumulation)", ge=1)
+    max_consecutive_skips: int = _f(
+        3, "abort after this many optimizer updates in a row skipped for a NaN/inf", ge=1
+    )
+    token_budget: int = _f(
+        2048,
+        "padding-free update: pack prompt+completion rows into micro-batches of at most this "
+        "many tokens, block-diagonal attention (0 = off: padded micro-batches); "
+        "docs/training-speed.md",
+        ge=0,
+    )
+    logprob_chunk: int = _f(
+        1024, "packed update: completion positions projected to the vocabulary at a time", ge=1
+    )
 
 
 @dataclass
@@ -263,7 +281,16 @@ class LoggingConfig:
 class CheckpointConfig:
     save_final: bool = _f(True, "save the final model to RUN_DIR/final")
     every: int = _f(0, "save RUN_DIR/checkpoints/step-N every N steps (0 = off)", ge=0)
+    every_minutes: float = _f(
+        0.0, "also save when this many minutes passed since the last save (0 = off)", ge=0.0
+    )
     keep_last: int = _f(2, "periodic checkpoints kept", ge=1)
+    deterministic: bool = _f(
+        False,
+        "bit-reproducible runs: deterministic torch algorithms, and wall-clock metrics (time_*, "
+        "tokens/s, memory) go to timings.jsonl so metrics.jsonl is identical across reruns and "
+        "resumes",
+    )
 
 
 @dataclass
@@ -359,7 +386,12 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
             return value
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:
+                raise ConfigError(
+                    f"{key}: expected {_type_name(hint)}, got an integer out of float range"
+                ) from None
         if isinstance(value, str):  # YAML 1.1 reads '3e-4' (no dot) as a string
             try:
                 return float(value)
@@ -409,7 +441,7 @@ def _build(cls: type, data: Any, prefix: str, root: type | None = None) -> Any:
     for name in data:
         if name not in fields:
             full = f"{prefix}{name}"
-            raise ConfigError(f"unknown config key '{full}'{_suggest(full, all_keys(root))}")
+            raise ConfigError(f"unknown config key {full!r}{_suggest(full, all_keys(root))}")
     kwargs = {}
     for name, f in fields.items():
         key = prefix + name
@@ -426,12 +458,14 @@ def _build(cls: type, data: Any, prefix: str, root: type | None = None) -> Any:
 def parse_override(text: str) -> tuple[str, Any]:
     """'rollout.group_size=4' -> ('rollout.group_size', 4); values are parsed as YAML scalars."""
     if "=" not in text:
-        raise ConfigError(f"override '{text}': expected key=value, e.g. rollout.group_size=4")
+        raise ConfigError(f"override {text!r}: expected key=value, e.g. rollout.group_size=4")
     key, raw = text.split("=", 1)
     key = key.strip()
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError, ValueError, AttributeError, TypeError, KeyError):
+        # Not a YAML scalar: a tag PyYAML cannot apply ('!!int x', '!!bool maybe') or an int
+        # over Python's 4300-digit limit. Keep the text; the key's type check reports it.
         value = raw
     return key, value
 
@@ -467,18 +501,31 @@ def load_config(
         if not p.is_file():
             raise ConfigError(f"config file {p}: not found")
         try:
-            tree = yaml.safe_load(p.read_text()) or {}
+            tree = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark is not None else ""
             raise ConfigError(f"config file {p}{where}: invalid YAML") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(
+                f"config file {p}: not UTF-8 text (byte {e.start}); expected a UTF-8 YAML file"
+            ) from None
+        except RecursionError:
+            raise ConfigError(f"config file {p}: not valid YAML (nested too deeply)") from None
+        except (ValueError, AttributeError, TypeError, KeyError) as e:
+            # PyYAML's constructors let these escape: a tag it cannot apply ('!!int x',
+            # '!!timestamp x', '!!bool maybe'), an int over Python's 4300-digit limit.
+            reason = " ".join(str(e).split())[:200]
+            if isinstance(e, KeyError):
+                reason = f"a tagged value it cannot read: {reason}"
+            raise ConfigError(f"config file {p}: not valid YAML ({reason})") from None
         if not isinstance(tree, dict):
             raise ConfigError(f"config file {p}: expected a mapping of sections at the top level")
     valid = set(all_keys(schema))
     for text in overrides or []:
         key, value = parse_override(text)
         if key not in valid:
-            raise ConfigError(f"unknown config key '{key}'{_suggest(key, sorted(valid))}")
+            raise ConfigError(f"unknown config key {key!r}{_suggest(key, sorted(valid))}")
         _set_dotted(tree, key, value)
     cfg = _build(schema, tree, "")
     if schema is Config:

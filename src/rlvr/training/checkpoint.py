@@ -1,10 +1,18 @@
-"""Saving models in HF save_pretrained format, atomically (a temp dir renamed into place)."""
+"""Saving models in HF save_pretrained format, atomically (a temp dir renamed into place), and
+resumable training checkpoints."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
+
+from rlvr.errors import UserError
+
+
+class CheckpointError(UserError):
+    """A checkpoint could not be written (e.g. the disk is full); earlier ones are intact."""
 
 
 def save_model(model: Any, tokenizer: Any, path: Path) -> None:
@@ -15,16 +23,11 @@ def save_model(model: Any, tokenizer: Any, path: Path) -> None:
     of the same config first. The files go to a sibling temp dir; a crash mid-save leaves no
     half-written model.
     """
-    from rlvr.models.lora import is_lora, mergeable_copy
-
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    if is_lora(model):
-        model.save_pretrained(tmp / "adapter", safe_serialization=True)
-        model = mergeable_copy(model)
-    _plain(model).save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
+    _write_model(model, tokenizer, tmp)
+    _fsync_tree(tmp)
     if path.exists():
         old = path.with_name(path.name + ".old")
         if old.exists():
@@ -34,6 +37,41 @@ def save_model(model: Any, tokenizer: Any, path: Path) -> None:
         shutil.rmtree(old)
     else:
         tmp.rename(path)
+
+
+def _write_model(model: Any, tokenizer: Any, directory: Path) -> None:
+    from rlvr.models.lora import is_lora, mergeable_copy
+
+    if is_lora(model):
+        model.save_pretrained(directory / "adapter", safe_serialization=True)
+        model = mergeable_copy(model)
+    _plain(model).save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+
+
+def _fsync_tree(directory: Path) -> None:
+    """Flush every file below `directory`, and the directory entries, to disk."""
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(root))
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
 
 
 def _plain(model: Any) -> Any:
@@ -52,9 +90,10 @@ def _plain(model: Any) -> Any:
 #
 # RUN_DIR/checkpoints/step-N/ holds the model in HF format (loadable on its own) plus
 # trainer_state.pt: the exact weights being trained (for LoRA, base + adapters), optimizer,
-# scheduler, step and every RNG, so a resumed run continues bit-for-bit where it stopped.
-# A checkpoint directory counts only once trainer_state.pt is in it; the state file is written
-# last and atomically, so a crash mid-save leaves the previous checkpoint as the latest.
+# scheduler, step, every RNG, the data position and the diagnostics history, so a resumed run
+# continues bit-for-bit where it stopped. The whole checkpoint is written into step-N.tmp/,
+# fsync'd, then renamed to step-N/ (one atomic rename): a crash at any moment leaves either the
+# complete new checkpoint or none, and the earlier ones are never touched before it is complete.
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "trainer_state.pt"
@@ -74,21 +113,47 @@ def save_checkpoint(
 
     With `weights_in_state` the exact trained state_dict (LoRA: base + adapters) goes into
     trainer_state.pt as "model"; without it a resume reloads the HF files of the checkpoint.
+    A failed write (a full disk) removes its partial files and raises CheckpointError; the
+    earlier checkpoints are untouched.
     """
     import torch
 
-    path = Path(run_dir) / CHECKPOINTS / f"step-{step}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_model(model, tokenizer, path)
+    root = Path(run_dir) / CHECKPOINTS
+    path = root / f"step-{step}"
+    tmp = root / f"step-{step}.tmp"
+    root.mkdir(parents=True, exist_ok=True)
     payload = {"step": step, **state}
     if weights_in_state:
         payload["model"] = model.state_dict()
-    tmp = path / (STATE_FILE + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path / STATE_FILE)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        _write_model(model, tokenizer, tmp)
+        torch.save(payload, tmp / STATE_FILE)
+        _fsync_tree(tmp)
+        if path.exists():  # a rerun of the same step (resume after a crash right after it)
+            shutil.rmtree(path)
+        tmp.rename(path)
+        _fsync_dir(root)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = [p.name for p in list_checkpoints(run_dir)]
+        raise CheckpointError(
+            f"checkpoint {path}: could not be written ({e.strerror or e}); "
+            f"earlier checkpoints are intact: {', '.join(kept) or 'none'}"
+        ) from None
     for old in list_checkpoints(run_dir)[:-keep_last]:
         shutil.rmtree(old)
     return path
+
+
+def incomplete_checkpoints(run_dir: Path) -> list[str]:
+    """Names of checkpoint directories a crash left unfinished (ignored by resume)."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    complete = {p.name for p in list_checkpoints(run_dir)}
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and p.name not in complete)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
@@ -116,14 +181,23 @@ def load_checkpoint_state(path: Path) -> dict:
 
 
 def rng_state(python_rngs: dict[str, Any], torch_gens: dict[str, Any]) -> dict:
-    """RNG states to store: random.Random objects and torch.Generators by name, plus global."""
+    """RNG states to store: random.Random objects and torch.Generators by name, plus the global
+    python, numpy and torch (and CUDA) generators."""
+    import random
+
+    import numpy as np
     import torch
 
-    return {
+    state = {
         "python": {k: r.getstate() for k, r in python_rngs.items()},
         "torch_gens": {k: g.get_state() for k, g in torch_gens.items()},
         "torch_global": torch.get_rng_state(),
+        "python_global": random.getstate(),
+        "numpy_global": np.random.get_state(),
     }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def restore_rng_state(state: dict, python_rngs: dict[str, Any], torch_gens: dict[str, Any]):
@@ -131,9 +205,18 @@ def restore_rng_state(state: dict, python_rngs: dict[str, Any], torch_gens: dict
 
     for k, r in python_rngs.items():
         r.setstate(state["python"][k])
+    import random
+
+    import numpy as np
+
     for k, g in torch_gens.items():
         g.set_state(state["torch_gens"][k])
     torch.set_rng_state(state["torch_global"])
+    if "python_global" in state:
+        random.setstate(state["python_global"])
+        np.random.set_state(state["numpy_global"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def check_same_config(config: dict, run_dir: Path) -> None:

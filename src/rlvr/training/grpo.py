@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,7 +40,7 @@ from rlvr.algorithms import (
 )
 from rlvr.config import Config, dump_yaml, to_dict
 from rlvr.data.registry import build_task
-from rlvr.errors import UserError
+from rlvr.errors import ConfigError, UserError
 from rlvr.models.loading import (
     encode_prompt,
     load_model,
@@ -55,8 +57,9 @@ from rlvr.rewards.compose import CompositeVerifier, build_verifier
 from rlvr.rewards.exact import is_reasoning
 from rlvr.rewards.length import overlong_penalties
 from rlvr.rewards.pool import VerifierPool
-from rlvr.rollout import HFEngine, RolloutBatch, SamplingParams
+from rlvr.rollout import RolloutBatch, SamplingParams, build_engine
 from rlvr.training.checkpoint import (
+    incomplete_checkpoints,
     latest_checkpoint,
     load_checkpoint_state,
     restore_rng_state,
@@ -66,8 +69,14 @@ from rlvr.training.checkpoint import (
     truncate_jsonl,
 )
 from rlvr.training.evaluate import evaluate
-from rlvr.training.logprobs import TokenBatch, completion_logprobs, make_token_batch
+from rlvr.training.logprobs import (
+    TokenBatch,
+    check_output_head,
+    completion_logprobs,
+    make_token_batch,
+)
 from rlvr.training.optim import build_optimizer, build_scheduler
+from rlvr.training.packing import PackedRows, packed_completion_logprobs, packed_micro_batches
 
 
 @dataclass
@@ -152,6 +161,8 @@ class GRPOTrainer:
         self.log = log
         self.show_progress = progress and cfg.logging.progress
         torch.manual_seed(cfg.training.seed)
+        if cfg.checkpoint.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
         self.prompt_rng = random.Random(cfg.data.seed * 1_000_003 + cfg.training.seed)
         self.sample_gen = torch.Generator().manual_seed(cfg.training.seed)
         self.shuffle_gen = torch.Generator().manual_seed(cfg.training.seed + 1)
@@ -179,8 +190,11 @@ class GRPOTrainer:
             if self.use_ref and not is_lora(self.model)
             else None
         )
-        self.engine = HFEngine(
-            self.model, self.tokenizer, max_batch_size=cfg.rollout.max_batch_size
+        self.engine = build_engine(
+            cfg.rollout.engine,
+            self.model,
+            self.tokenizer,
+            max_batch_size=cfg.rollout.max_batch_size,
         )
         self.sampling = SamplingParams(
             temperature=cfg.rollout.temperature,
@@ -199,6 +213,7 @@ class GRPOTrainer:
         )
         self.pad_id = self.tokenizer.pad_token_id
         self.data_report: dict[str, Any] | None = None
+        self.consecutive_skips = 0  # optimizer updates skipped in a row for a NaN/inf
         if cfg.data.max_prompt_tokens and cfg.data.task == "dataset":
             from rlvr.data.datasets import filter_long_prompts
 
@@ -248,9 +263,7 @@ class GRPOTrainer:
         while len(rounds) < max_rounds and len(kept) < want:
             samples = [self.task.sample_train(self.prompt_rng) for _ in range(want)]
             t0 = time.perf_counter()
-            batch = self.engine.generate(
-                [self.encode(s) for s in samples], g, self.sampling, generator=self.sample_gen
-            )
+            batch = self._generate([self.encode(s) for s in samples], g)
             t_generate += time.perf_counter() - t0
             t0 = time.perf_counter()
             rewards, f = self.scorer(
@@ -295,15 +308,81 @@ class GRPOTrainer:
 
     # -- step 3-5: the update ------------------------------------------------------------------
 
+    def _micro_batches(
+        self, tokens: TokenBatch, rows: torch.Tensor
+    ) -> list[tuple[torch.Tensor, TokenBatch | PackedRows]]:
+        """The forward/backward units over `rows` (indices into tokens), each with its rows:
+        padded slices of micro_batch_size rows, or with training.token_budget > 0 packed
+        sequences of at most token_budget tokens (and micro_batch_size rows) in all."""
+        t = self.cfg.training
+        if t.token_budget == 0:
+            mbs = t.micro_batch_size
+            return [
+                (rows[s : s + mbs], tokens.rows(rows[s : s + mbs]))
+                for s in range(0, len(rows), mbs)
+            ]
+        prompts, completions = tokens.unpadded()
+        packs = packed_micro_batches(
+            prompts,
+            completions,
+            rows.tolist(),
+            token_budget=t.token_budget,
+            max_rows=t.micro_batch_size,
+            pad_id=self.pad_id,
+        )
+        return [(p.rows, p) for p in packs]
+
+    def _check_packed_head(self, tokens: TokenBatch) -> None:
+        """Once per run: the packed path rebuilds the logits from the decoder's hidden states and
+        the output head; refuse an architecture whose forward transforms them in another way."""
+        if getattr(self, "_packed_head_checked", False):
+            return
+        prompts, completions = tokens.unpadded()
+        ids = torch.cat([prompts[0], completions[0]])[None]
+        was_training = self.model.training
+        self.model.eval()  # no dropout: the two forwards must see the same network
+        error = check_output_head(self.model, ids)
+        self.model.train(was_training)
+        if error > 1e-3:
+            raise ConfigError(
+                "training.token_budget: this model's logits are not its output head applied to "
+                f"its decoder's hidden states (relative difference {error:.2g}); set "
+                "training.token_budget=0 to train it with padded micro-batches"
+            )
+        self._packed_head_checked = True
+
+    def _unit_logprobs(
+        self,
+        model: Any,
+        unit: TokenBatch | PackedRows,
+        *,
+        with_entropy: bool = False,
+        entropy_grad: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[R, width] completion log-probs (and entropies) of one micro-batch's rows."""
+        if isinstance(unit, PackedRows):
+            return packed_completion_logprobs(
+                model,
+                unit,
+                temperature=self._temperature(),
+                chunk_size=self.cfg.training.logprob_chunk,
+                with_entropy=with_entropy,
+                entropy_grad=entropy_grad,
+            )
+        return completion_logprobs(
+            model,
+            unit,
+            temperature=self._temperature(),
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+        )
+
     @torch.no_grad()
     def _logprobs_no_grad(self, model: Any, tokens: TokenBatch) -> torch.Tensor:
         out = torch.zeros(tokens.completion_mask.shape)
-        mb = self.cfg.training.micro_batch_size
-        for start in range(0, len(tokens), mb):
-            idx = slice(start, start + mb)
-            sub = tokens.rows(idx)
-            lp, _ = completion_logprobs(model, sub, temperature=self._temperature())
-            out[idx, : sub.completion_width] = lp.float().cpu()
+        for rows, unit in self._micro_batches(tokens, torch.arange(len(tokens))):
+            lp, _ = self._unit_logprobs(model, unit)
+            out[rows, : lp.shape[1]] = lp.float().cpu()
         return out
 
     def _reference_logprobs(self, tokens: TokenBatch) -> torch.Tensor:
@@ -311,6 +390,41 @@ class GRPOTrainer:
             return self._logprobs_no_grad(self.ref_model, tokens)
         with reference_context(self.model) as base:
             return self._logprobs_no_grad(base, tokens)
+
+    def _on_skipped_updates(self, skipped: int) -> None:
+        limit = self.cfg.training.max_consecutive_skips
+        self.log(
+            f"warning [nonfinite] step {self.step}: {skipped} update(s) skipped for a NaN/inf "
+            f"loss or gradient ({self.consecutive_skips} in a row, limit {limit})"
+        )
+        if self.consecutive_skips >= limit:
+            last = latest_checkpoint(self.run_dir)
+            where = f"the last good checkpoint is {last}" if last else "no checkpoint was saved"
+            raise TrainingAborted(
+                f"aborting at step {self.step}: {self.consecutive_skips} consecutive updates had "
+                f"a NaN/inf loss or gradient (training.max_consecutive_skips={limit}); {where}"
+            )
+
+    def _generate(self, prompt_ids: list[list[int]], g: int) -> RolloutBatch:
+        """engine.generate; on out-of-memory, halve the rows decoded together and retry (the
+        sampler's RNG is rewound, so the retry draws as a fresh attempt would). Logged."""
+        while True:
+            rng = self.sample_gen.get_state()
+            try:
+                return self.engine.generate(prompt_ids, g, self.sampling, generator=self.sample_gen)
+            except torch.OutOfMemoryError:
+                size = self.engine.max_batch_size
+                if size <= 1:
+                    raise
+                self.engine.max_batch_size = max(1, size // 2)
+                self.sample_gen.set_state(rng)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                self.log(
+                    f"warning [oom] step {self.step}: out of memory while generating "
+                    f"{size} rows at once; retrying with rollout.max_batch_size="
+                    f"{self.engine.max_batch_size} for the rest of the run"
+                )
 
     # -- resumable checkpoints -----------------------------------------------------------------
 
@@ -337,6 +451,9 @@ class GRPOTrainer:
 
     def _restore(self) -> dict | None:
         """Load the latest complete checkpoint of run_dir, if any; None means start afresh."""
+        skipped = incomplete_checkpoints(self.run_dir)
+        if skipped:
+            self.log(f"ignoring incomplete checkpoint(s) left by a crash: {', '.join(skipped)}")
         path = latest_checkpoint(self.run_dir)
         if path is None:
             return None
@@ -349,6 +466,7 @@ class GRPOTrainer:
             self.task.load_state_dict(state["task"])
         self.step = state["step"]
         truncate_jsonl(self.run_dir / "metrics.jsonl", self.step)
+        truncate_jsonl(self.run_dir / "timings.jsonl", self.step)
         return state
 
     def _temperature(self) -> float:
@@ -364,6 +482,8 @@ class GRPOTrainer:
         mask = tokens.completion_mask
         timings: dict[str, float] = {}
 
+        if cfg.training.token_budget > 0:
+            self._check_packed_head(tokens)
         t0 = time.perf_counter()
         need_old = self.updates_per_step > 1 or alg.kl_in_reward
         old_lp = self._logprobs_no_grad(self.model, tokens) if need_old else None
@@ -383,6 +503,8 @@ class GRPOTrainer:
         totals: dict[str, float] = {}
         token_weight = 0.0
         grad_norms, losses, ratio_min, ratio_max = [], [], math.inf, -math.inf
+        skipped = 0
+        forward_tokens, padding_tokens = 0, 0
         self.model.train()
         for _epoch in range(cfg.training.ppo_epochs):
             order = torch.randperm(n, generator=self.shuffle_gen)
@@ -392,18 +514,16 @@ class GRPOTrainer:
                 num_tokens = float(mask[mb_rows].sum())
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_loss = 0.0
-                for ms in range(0, len(mb_rows), cfg.training.micro_batch_size):
-                    rows = mb_rows[ms : ms + cfg.training.micro_batch_size]
-                    sub = tokens.rows(rows)
-                    width = sub.completion_width
-                    m = sub.completion_mask.to(self.device)
-                    lp, ent = completion_logprobs(
-                        self.model,
-                        sub,
-                        temperature=self._temperature(),
-                        with_entropy=True,
-                        entropy_grad=alg.entropy_coef > 0,
+                for rows, unit in self._micro_batches(tokens, mb_rows):
+                    total, real = _token_counts(unit)
+                    forward_tokens += total
+                    padding_tokens += total - real
+                    lp, ent = self._unit_logprobs(
+                        self.model, unit, with_entropy=True, entropy_grad=alg.entropy_coef > 0
                     )
+                    width = lp.shape[1]
+                    mask_rows = mask[rows, :width]
+                    m = mask_rows.to(self.device)
                     old = (
                         old_lp[rows, :width].to(self.device) if old_lp is not None else lp.detach()
                     )
@@ -433,7 +553,7 @@ class GRPOTrainer:
                             kl_penalty(
                                 old_lp[rows, :width], ref_lp[rows, :width], alg.kl_estimator
                             ),
-                            sub.completion_mask,
+                            mask_rows,
                         )
                     if alg.entropy_coef > 0:
                         loss = loss - alg.entropy_coef * aggregate_loss(ent, m, **agg)
@@ -453,6 +573,15 @@ class GRPOTrainer:
                     cfg.optimizer.max_grad_norm if cfg.optimizer.max_grad_norm > 0 else math.inf
                 )
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                if not (math.isfinite(float(grad_norm)) and math.isfinite(mb_loss)):
+                    # A NaN/inf loss or gradient: skip this update, keep the weights; the
+                    # schedule still advances so it stays a function of the step.
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self.scheduler.step()
+                    skipped += 1
+                    self.consecutive_skips += 1
+                    continue
+                self.consecutive_skips = 0
                 grad_norms.append(float(grad_norm))
                 losses.append(mb_loss)
                 self.optimizer.step()
@@ -461,7 +590,10 @@ class GRPOTrainer:
         for k, v in totals.items():
             stats[k] = v / max(token_weight, 1.0)
         stats["ratio_min"], stats["ratio_max"] = ratio_min, ratio_max
+        # share of the update's forward tokens that are padding (a few % when packed)
+        stats["padding_fraction"] = padding_tokens / max(forward_tokens, 1)
         stats["grad_norm"] = sum(grad_norms) / max(1, len(grad_norms))
+        stats["skipped_updates"] = skipped
         # With one update per batch the clipped loss is ~0 by construction (ratio = 1, only its
         # gradient matters); see docs. advantage_abs_mean shows the signal strength instead.
         stats["loss"] = sum(losses) / max(1, len(losses))
@@ -557,6 +689,12 @@ class GRPOTrainer:
         restored = self._restore() if self.resume else None
         dump_yaml(cfg, self.run_dir / "config.yaml")
         writer = JsonlWriter(self.run_dir / "metrics.jsonl")
+        # Deterministic mode: wall-clock numbers live apart, so metrics.jsonl is reproducible.
+        timings = (
+            JsonlWriter(self.run_dir / "timings.jsonl") if cfg.checkpoint.deterministic else None
+        )
+        last_save = time.monotonic()
+        stop = _StopSignals()
         sinks = build_loggers(
             cfg.logging.report_to,
             self.run_dir,
@@ -614,11 +752,23 @@ class GRPOTrainer:
                         warned.add(d.name)
                         progress.write(d.line())
                         self.log(d.line())
+                if timings is not None:
+                    wall = {k: metrics.pop(k) for k in list(metrics) if _is_wall_clock(k)}
+                    timings.write({"step": self.step, **wall})
                 writer.write(metrics)
                 sinks.log(metrics, self.step)
+                if stats["skipped_updates"]:  # after the step's row is written: nothing lost
+                    self._on_skipped_updates(stats["skipped_updates"])
                 progress.update(metrics)
-                if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0:
+                every = cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0
+                minutes = cfg.checkpoint.every_minutes
+                due = minutes and time.monotonic() - last_save >= 60 * minutes
+                if every or due or stop.signum is not None:
                     self._save_checkpoint(history, summary.get("eval_before"))
+                    last_save = time.monotonic()
+                if stop.signum is not None:
+                    progress.close()
+                    raise TrainingInterrupted(stop.signum, self.step, self.run_dir)
             progress.close()
             if cfg.eval.after and self.heldout:
                 summary["eval_after"] = self.run_eval()
@@ -629,7 +779,10 @@ class GRPOTrainer:
             if cfg.checkpoint.save_final:
                 save_model(self.model, self.tokenizer, self.run_dir / "final")
         finally:
+            stop.restore()
             writer.close()
+            if timings is not None:
+                timings.close()
             sinks.close()
             if self.pool is not None:
                 self.pool.close()
@@ -641,8 +794,61 @@ class GRPOTrainer:
         return summary
 
 
+def _is_wall_clock(key: str) -> bool:
+    """Metrics that measure time or memory, which differ between two runs of the same seed."""
+    return key.startswith(("time_", "tokens_per_s", "memory_", "gpu_memory")) or key in (
+        "step_time_s",
+    )
+
+
+class TrainingAborted(UserError):
+    """Training cannot go on (e.g. repeated NaN updates); the checkpoints on disk are good."""
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT/SIGTERM arrived: the step in progress finished and a checkpoint was saved."""
+
+    def __init__(self, signum: int, step: int, run_dir: Path) -> None:
+        self.signum, self.step, self.run_dir = signum, step, run_dir
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"{name}: stopped after step {step}, checkpoint saved; continue with "
+            f"`rlvr train --resume --output-dir {run_dir}` and the same config"
+        )
+
+
+class _StopSignals:
+    """While a run trains, SIGINT and SIGTERM ask it to stop after the current step (a second
+    SIGINT stops at once, as usual). Handlers are installed only in the main thread."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
+
+
 def _eval_line(when: str, e: Mapping[str, float]) -> str:
     return (
         f"eval {when}: accuracy {e['accuracy']:.3f}  pass1_t1 {e['pass1_t1']:.3f}  "
         f"reasoning {e['reasoning_fraction']:.3f}  length {e['mean_length']:.1f}  (n={e['n']})"
     )
+
+
+def _token_counts(unit: TokenBatch | PackedRows) -> tuple[int, int]:
+    """(tokens the forward pass runs over, of which real prompt/completion tokens)."""
+    if isinstance(unit, PackedRows):
+        return unit.num_tokens, unit.num_real_tokens
+    return unit.input_ids.numel(), int(unit.attention_mask.sum())

@@ -52,6 +52,7 @@ from rlvr.training.checkpoint import (
     save_checkpoint,
     truncate_jsonl,
 )
+from rlvr.training.packing import block_causal_mask, pack
 
 IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt and padding)
 ATTENTION_WITH_4D_MASKS = ("eager", "sdpa")  # transformers passes a 4D mask to these as is
@@ -269,28 +270,6 @@ def load_sft_data(cfg: SFTConfig, task: Any, tokenizer: Any, chat: bool) -> SFTD
 # Packing and the loss
 
 
-def pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
-    """First-fit decreasing: indices of examples grouped into rows of at most `capacity` tokens.
-
-    Deterministic (ties keep input order); each row lists its examples in input order.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    rows: list[list[int]] = []
-    room: list[int] = []
-    for i in order:
-        if lengths[i] > capacity:
-            raise ValueError(f"example of {lengths[i]} tokens exceeds pack length {capacity}")
-        for r, free in enumerate(room):
-            if lengths[i] <= free:
-                rows[r].append(i)
-                room[r] -= lengths[i]
-                break
-        else:
-            rows.append([i])
-            room.append(capacity - lengths[i])
-    return [sorted(r) for r in rows]
-
-
 @dataclass
 class PackedBatch:
     """Rows of one or more examples, right-padded to a common width T.
@@ -338,18 +317,6 @@ def collate(rows: Sequence[Sequence[SFTExample]], pad_id: int) -> PackedBatch:
         position_ids[r, t:] = torch.arange(width - t)
         real += t
     return PackedBatch(input_ids, labels, position_ids, segment_ids, real)
-
-
-def block_causal_mask(segment_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[R, 1, T, T] additive mask: 0 where query i may attend key j (same segment, j <= i), else
-    the dtype's most negative value (not -inf, so no row of the softmax is ever all -inf).
-
-    A 4D mask is passed through unchanged by transformers' eager and sdpa attention."""
-    t = segment_ids.shape[-1]
-    causal = torch.ones(t, t, dtype=torch.bool, device=segment_ids.device).tril()
-    allowed = (segment_ids[:, :, None] == segment_ids[:, None, :]) & causal
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=segment_ids.device)
-    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
 
 def completion_nll_sum(model: Any, batch: PackedBatch) -> torch.Tensor:
@@ -480,7 +447,7 @@ class SFTRun:
     tokenizer: Any
     optimizer: torch.optim.Optimizer
     scheduler: Any
-    engine: Any  # HFEngine over `model`, for held-out generation
+    engine: Any  # a rollout engine over `model`, for held-out generation
     verifier: Callable[[str, Mapping[str, Any]], float]
     data: SFTData
     heldout: list[dict]
@@ -509,7 +476,7 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
         uses_chat_template,
     )
     from rlvr.rewards.compose import build_verifier
-    from rlvr.rollout import HFEngine
+    from rlvr.rollout import build_engine
     from rlvr.training.optim import build_optimizer, build_scheduler
 
     t = cfg.training
@@ -573,7 +540,7 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
         tokenizer=tokenizer,
         optimizer=optimizer,
         scheduler=scheduler,
-        engine=HFEngine(model, tokenizer),
+        engine=build_engine("fast", model, tokenizer),
         verifier=verifier,
         data=data,
         heldout=heldout,
