@@ -11,11 +11,20 @@ from rlvr.cli import main
 def _run(tmp_path, model_dir, name, *extra):
     run = tmp_path / name
     args = [
-        "train", "--quiet", "--output-dir", str(run),
+        "train",
+        "--quiet",
+        "--output-dir",
+        str(run),
         f"model.name_or_path={model_dir}",
-        "data.task=arithmetic", "data.level=1", "data.max_level=4",
-        "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=3",
-        "eval.size=0", "logging.samples_every=0", "optimizer.warmup_steps=0",
+        "data.task=arithmetic",
+        "data.level=1",
+        "data.max_level=4",
+        "rollout.prompts_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=3",
+        "eval.size=0",
+        "logging.samples_every=0",
+        "optimizer.warmup_steps=0",
         *extra,
     ]
     assert main(args) == 0
