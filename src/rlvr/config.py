@@ -481,6 +481,30 @@ def _set_dotted(tree: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def read_yaml(path: Path, label: str) -> Any:
+    """Parse a YAML file; every way it can be unreadable is a one-line ConfigError starting
+    with `label` (e.g. "config file run.yaml")."""
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{label}{where}: invalid YAML") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{label}: not UTF-8 text (byte {e.start}); expected a UTF-8 YAML file"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"{label}: not valid YAML (nested too deeply)") from None
+    except (ValueError, AttributeError, TypeError, KeyError) as e:
+        # PyYAML's constructors let these escape: a tag it cannot apply ('!!int x',
+        # '!!timestamp x', '!!bool maybe'), an int over Python's 4300-digit limit.
+        reason = " ".join(str(e).split())[:200]
+        if isinstance(e, KeyError):
+            reason = f"a tagged value it cannot read: {reason}"
+        raise ConfigError(f"{label}: not valid YAML ({reason})") from None
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
@@ -500,25 +524,7 @@ def load_config(
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p}: not found")
-        try:
-            tree = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"config file {p}{where}: invalid YAML") from None
-        except UnicodeDecodeError as e:
-            raise ConfigError(
-                f"config file {p}: not UTF-8 text (byte {e.start}); expected a UTF-8 YAML file"
-            ) from None
-        except RecursionError:
-            raise ConfigError(f"config file {p}: not valid YAML (nested too deeply)") from None
-        except (ValueError, AttributeError, TypeError, KeyError) as e:
-            # PyYAML's constructors let these escape: a tag it cannot apply ('!!int x',
-            # '!!timestamp x', '!!bool maybe'), an int over Python's 4300-digit limit.
-            reason = " ".join(str(e).split())[:200]
-            if isinstance(e, KeyError):
-                reason = f"a tagged value it cannot read: {reason}"
-            raise ConfigError(f"config file {p}: not valid YAML ({reason})") from None
+        tree = read_yaml(p, f"config file {p}") or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"config file {p}: expected a mapping of sections at the top level")
     valid = set(all_keys(schema))

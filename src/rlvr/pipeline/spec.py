@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rlvr.config import read_yaml
 from rlvr.errors import ConfigError
 
 KINDS = ("sft", "grpo", "sample", "rejection_sample", "filter", "eval")
@@ -94,23 +93,7 @@ def resolve_pipeline_file(name_or_path: str) -> Path:
 
 
 def load_pipeline(path: Path, model_overrides: dict[str, str] | None = None) -> PipelineSpec:
-    try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"pipeline {path}{where}: invalid YAML") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"pipeline {path}: not UTF-8 text (byte {e.start}); expected a UTF-8 YAML file"
-        ) from None
-    except RecursionError:
-        raise ConfigError(f"pipeline {path}: invalid YAML (nested too deeply)") from None
-    except (ValueError, AttributeError, TypeError, KeyError) as e:
-        # PyYAML lets constructor errors escape: '!!timestamp x', '!!int x', '!!bool maybe', an
-        # int over Python's digit limit.
-        reason = " ".join(str(e).split())[:200]
-        raise ConfigError(f"pipeline {path}: invalid YAML ({reason})") from None
+    tree = read_yaml(path, f"pipeline {path}")
     return parse_pipeline(tree, str(path), model_overrides)
 
 
