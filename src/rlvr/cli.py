@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from rlvr import __version__
-from rlvr.commands import add_run_arguments, config_listing, dispatch
+from rlvr.commands import add_run_arguments, config_listing, dispatch, resume_dir
 from rlvr.config import Config
 from rlvr.errors import UserError
 
@@ -81,15 +81,25 @@ def check_run_dir(
     return run_dir
 
 
-def check_resumable(output_dir: str | None, cfg: object) -> Path:
-    """The run directory to resume: it must exist and hold the same config (diff named)."""
+def check_resumable(output_dir: str | None, cfg: object, *, allow_change: bool = False) -> Path:
+    """The run directory to resume: it must exist and hold the same config (diff named), unless
+    `allow_change`, which prints the differing keys instead."""
     from rlvr.config import to_dict
     from rlvr.training.checkpoint import check_same_config
 
     if not output_dir:
-        raise UserError("--resume: needs --output-dir, the run directory to continue")
+        raise UserError("--resume: name the run directory: --resume RUN_DIR")
     run_dir = Path(output_dir)
-    check_same_config(to_dict(cfg), run_dir)
+    try:
+        check_same_config(to_dict(cfg), run_dir)
+    except UserError as e:
+        if not allow_change or "nothing to resume" in str(e):
+            raise
+        print(
+            f"rlvr: warning: {str(e).replace('; resume with the same config', '')}; "
+            "continuing (--allow-config-change)",
+            file=sys.stderr,
+        )
     return run_dir
 
 
@@ -113,8 +123,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     # Everything that can be checked without loading weights is checked before the run starts.
     build_verifier(cfg.reward.verifier)
     check_available(cfg.logging.report_to)
-    if args.resume:
-        run_dir = check_resumable(args.output_dir, cfg)
+    resuming = resume_dir(args)
+    if args.resume is not None:
+        run_dir = check_resumable(resuming, cfg, allow_change=args.allow_config_change)
     else:
         run_dir = check_run_dir(args.output_dir, args.overwrite)
     resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
@@ -122,9 +133,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.training.grpo import GRPOTrainer
 
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    trainer = GRPOTrainer(cfg, run_dir, progress=not args.quiet, log=log, resume=args.resume)
+    resume = args.resume is not None
+    trainer = GRPOTrainer(cfg, run_dir, progress=not args.quiet, log=log, resume=resume)
     # Created only once the model has loaded: a failed start leaves nothing behind.
-    if not args.resume:
+    if not resume:
         create_run_dir(run_dir)
     from rlvr.training.grpo import TrainingInterrupted
 

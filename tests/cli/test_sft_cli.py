@@ -56,7 +56,7 @@ def test_sft_on_addition_demonstrations_raises_heldout_accuracy(tmp_path, capsys
         (["training.micro_batch_size=0"], "training.micro_batch_size: must be >= 1, got 0"),
         (["data.path=/nope/sft.jsonl"], "/nope/sft.jsonl: file not found"),
         (["model.name_or_path=/not/here"], "model.name_or_path: directory /not/here not found"),
-        (["--resume"], "--resume: needs --output-dir"),
+        (["--resume"], "--resume: name the run directory"),
         (["eval.size=50000"], "eval.size: AdditionTask(digits=3): asked for 50000 held-out"),
     ],
 )

@@ -245,3 +245,40 @@ def test_repeated_nan_updates_abort_with_the_last_good_checkpoint_intact(
     assert len(rows) == 4  # the aborting step's row is written too
     state = checkpoint.load_checkpoint_state(run / "checkpoints" / "step-3")
     assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+HOSTILE_VERIFIER = '''
+import os, signal, time
+
+def hostile(completion, sample):
+    kind = len(completion) % 3
+    if kind == 0:
+        time.sleep(60)  # hangs: killed at reward.timeout_s
+    if kind == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)  # its worker process dies
+    return 1.0
+'''
+
+
+def test_a_hanging_and_a_segfaulting_verifier_do_not_stop_training(tmp_path, tiny_model_dir):
+    verifier = tmp_path / "hostile.py"
+    verifier.write_text(HOSTILE_VERIFIER)
+    run = tmp_path / "run"
+    args = [
+        f"model.name_or_path={tiny_model_dir}",
+        f"reward.verifier={verifier}:hostile",
+        "reward.workers=2",
+        "reward.timeout_s=0.5",
+        "rollout.prompts_per_step=2",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=6",
+        "training.steps=2",
+        "eval.size=0",
+        "logging.samples_every=0",
+    ]
+    assert main(["train", "--quiet", "--output-dir", str(run), *args]) == 0
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    failures = sum(r["verifier_failures"] for r in rows)
+    assert 0 < failures < 16  # hung and crashed samples scored 0 and counted, the rest scored
+    assert (run / "final" / "model.safetensors").is_file()

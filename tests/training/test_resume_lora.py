@@ -156,3 +156,20 @@ def _all_modules(trainer):
             if all(m is not s for s in seen):
                 seen.append(m)
     return seen
+
+
+def test_resume_takes_the_run_dir_and_can_allow_a_changed_config(tmp_path, tiny_model_dir, capsys):
+    args = _overrides(tmp_path, tiny_model_dir, "checkpoint.every=1", "training.steps=2")
+    run = tmp_path / "run"
+    assert main(["train", "--quiet", "--output-dir", str(run), *args]) == 0
+    # `--resume RUN_DIR` names the run; more steps with a changed config need the flag.
+    more = [*args, "training.steps=3"]
+    assert main(["train", "--quiet", "--resume", str(run), *more]) == 2
+    assert "training.steps" in capsys.readouterr().err
+    assert main(["train", "--quiet", "--resume", str(run), "--allow-config-change", *more]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "training.steps" in err and "--allow-config-change" in err
+    steps = [row["step"] for row in _jsonl(run / "metrics.jsonl")]
+    assert steps == [1, 2, 3]
+    assert main(["train", "--resume", str(run), "--output-dir", str(tmp_path / "x"), *args]) == 2
+    assert "name one run directory" in capsys.readouterr().err

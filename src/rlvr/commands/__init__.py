@@ -16,6 +16,10 @@ from rlvr.errors import UserError
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run `args.func(args)`; user errors print one line and return 2."""
+    resume = getattr(args, "resume", None)
+    if resume and "=" in resume:  # `--resume a.b=1`: a key=value override, not a RUN_DIR
+        args.overrides = [resume, *getattr(args, "overrides", [])]
+        args.resume = ""
     try:
         return args.func(args)
     except UserError as e:
@@ -71,9 +75,30 @@ def add_run_arguments(
     if resume:
         parser.add_argument(
             "--resume",
-            action="store_true",
-            help="continue the run in --output-dir from its latest checkpoints/step-N; "
+            nargs="?",
+            const="",
+            default=None,
+            metavar="RUN_DIR",
+            help="continue RUN_DIR (or --output-dir) from its newest complete checkpoints/step-N; "
             "the config must match the run's config.yaml",
+        )
+        parser.add_argument(
+            "--allow-config-change",
+            action="store_true",
+            help="with --resume: accept a config that differs from the run's (the differing "
+            "keys are printed)",
         )
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no log lines")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+
+
+def resume_dir(args: argparse.Namespace) -> str | None:
+    """The run directory `--resume [RUN_DIR]` names (RUN_DIR, else --output-dir); None when
+    not resuming. Both given and different is an error."""
+    if args.resume is None:
+        return None
+    if args.resume and args.output_dir and args.resume != args.output_dir:
+        raise UserError(
+            f"--resume {args.resume} and --output-dir {args.output_dir}: name one run directory"
+        )
+    return args.resume or args.output_dir

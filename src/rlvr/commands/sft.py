@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlvr.commands import add_run_arguments, config_listing, standalone_main
+from rlvr.commands import add_run_arguments, config_listing, resume_dir, standalone_main
 from rlvr.errors import UserError
 from rlvr.training.sft import SFTConfig
 
@@ -53,12 +53,13 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.rewards.compose import build_verifier
     from rlvr.training.sft import SFTConfig, run_sft
 
-    if args.resume:
-        if not args.output_dir:
-            raise UserError("--resume: needs --output-dir, the run directory to continue")
+    resuming = resume_dir(args)
+    if args.resume is not None:
+        if not resuming:
+            raise UserError("--resume: name the run directory: --resume RUN_DIR")
         if args.overwrite:
             raise UserError("--resume and --overwrite: choose one")
-        run_dir = Path(args.output_dir)
+        run_dir = Path(resuming)
         config = args.config or run_dir / "config.yaml"
         if not Path(config).is_file():
             raise UserError(f"--resume: {run_dir / 'config.yaml'} not found (not a run directory)")
@@ -76,7 +77,14 @@ def run(args: argparse.Namespace) -> int:
         create_run_dir(run_dir)
 
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    summary = run_sft(cfg, run_dir, log=log, progress=not args.quiet, resume=args.resume)
+    summary = run_sft(
+        cfg,
+        run_dir,
+        log=log,
+        progress=not args.quiet,
+        resume=args.resume is not None,
+        allow_config_change=args.allow_config_change,
+    )
     log(f"run directory: {run_dir}  ({summary['steps']} steps, {summary['wall_seconds']:.0f} s)")
     return 0
 

@@ -651,6 +651,7 @@ def run_sft(
     progress: bool = True,
     resume: bool = False,
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
+    allow_config_change: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune `cfg.model` on the SFT rows; returns the summary (also RUN_DIR/summary.json).
 
@@ -666,7 +667,12 @@ def run_sft(
     start = time.perf_counter()
     ckpt = None
     if resume:
-        check_same_config(to_dict(cfg), run_dir)
+        try:
+            check_same_config(to_dict(cfg), run_dir)
+        except UserError as e:
+            if not allow_config_change or "nothing to resume" in str(e):
+                raise
+            log(f"warning: {e}; continuing (--allow-config-change)")
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
             raise UserError(
