@@ -247,7 +247,7 @@ def test_repeated_nan_updates_abort_with_the_last_good_checkpoint_intact(
     assert all(torch.isfinite(v).all() for v in state["model"].values())
 
 
-HOSTILE_VERIFIER = '''
+HOSTILE_VERIFIER = """
 import os, signal, time
 
 def hostile(completion, sample):
@@ -257,7 +257,7 @@ def hostile(completion, sample):
     if kind == 1:
         os.kill(os.getpid(), signal.SIGSEGV)  # its worker process dies
     return 1.0
-'''
+"""
 
 
 def test_a_hanging_and_a_segfaulting_verifier_do_not_stop_training(tmp_path, tiny_model_dir):
@@ -282,3 +282,17 @@ def test_a_hanging_and_a_segfaulting_verifier_do_not_stop_training(tmp_path, tin
     failures = sum(r["verifier_failures"] for r in rows)
     assert 0 < failures < 16  # hung and crashed samples scored 0 and counted, the rest scored
     assert (run / "final" / "model.safetensors").is_file()
+
+
+def test_time_based_checkpoints(tmp_path):
+    run = tmp_path / "run"
+    args = [
+        *ARGS,
+        "training.steps=3",
+        "rollout.max_new_tokens=8",
+        "checkpoint.every_minutes=0.00001",
+        "checkpoint.keep_last=5",
+    ]
+    assert main(["train", "--quiet", "--output-dir", str(run), *args]) == 0
+    # every step outlasts 0.6 ms, so each one is followed by a save
+    assert [p.name for p in checkpoint.list_checkpoints(run)] == ["step-1", "step-2", "step-3"]

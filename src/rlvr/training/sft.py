@@ -681,6 +681,9 @@ def run_sft(
             )
     run = prepare_sft(cfg, ckpt, log)
     step, previous_wall = 0, 0.0
+    last_save = time.monotonic()
+    if cfg.checkpoint.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
     summary: dict[str, Any] = {"model": cfg.model.name_or_path}
     if ckpt is not None:
         state = restore_trainer_state(run, ckpt)
@@ -728,7 +731,10 @@ def run_sft(
             writer.write(metrics)
             sinks.log(metrics, step)
             bar.update(metrics)
-            if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
+            every = cfg.checkpoint.every and step % cfg.checkpoint.every == 0
+            minutes = cfg.checkpoint.every_minutes
+            if every or (minutes and time.monotonic() - last_save >= 60 * minutes):
+                last_save = time.monotonic()
                 state = trainer_state(
                     run,
                     step,
