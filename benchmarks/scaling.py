@@ -7,9 +7,10 @@ For every G in --groups and max length in --lengths, runs `--steps` GRPO steps (
 a warm-up, is not counted) of the same code path as `rlvr train` (fast engine, packed update) on
 a randomly initialised 4-layer Llama (hidden 256, ~3.2M parameters, a character vocabulary)
 that cannot emit its EOS token, so every completion runs to the length limit and the generated
-tokens per step are exactly prompts x G x length. Prints one row per configuration (median step, generation and update
-time, generated tokens per step), a least-squares line step_time = a + b * tokens with its R^2,
-writes the plot, and prints one JSON object as its last line.
+tokens per step are exactly prompts x G x length. Prints one row per configuration (median step,
+generation and update time, generated tokens per step), a least-squares line
+step_time = a + b * tokens with its R^2, writes the plot, and prints one JSON object as its
+last line.
 """
 
 from __future__ import annotations

@@ -78,9 +78,15 @@ def _plain(model: Any) -> Any:
     """`model`, or a same-config copy of it when it was loaded from GGUF (not saveable)."""
     if not getattr(model, "_rlvr_from_gguf", False):
         return model
+    import copy
+
     from transformers import AutoModelForCausalLM
 
-    fresh = AutoModelForCausalLM.from_config(model.config, dtype=model.dtype)
+    # The GGUF loader leaves its quantization_config behind: saved with it, the fp32 copy would
+    # reload as "quantized" (and peers such as TRL refuse to fine-tune it).
+    config = copy.deepcopy(model.config)
+    config.__dict__.pop("quantization_config", None)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
     fresh.load_state_dict(model.state_dict())
     fresh.generation_config = model.generation_config
     return fresh
