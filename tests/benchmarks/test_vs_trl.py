@@ -193,6 +193,7 @@ def test_bad_options_give_one_line_errors(argv, message, capsys):
 
 @pytest.mark.slow
 def test_benchmark_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
+    pytest.importorskip("trl", reason="the peer: pip install 'rlvr[bench]' (in the test extra)")
     model = str(tiny_model_dir)
     cmd = [sys.executable, str(BENCH / "vs_trl.py"), "--model", model, "--task", "addition"]
     cmd += ["--verifier", "exact_answer", "--steps", "2", "--warmup", "0"]
