@@ -90,16 +90,12 @@ def check_resumable(output_dir: str | None, cfg: object, *, allow_change: bool =
     if not output_dir:
         raise UserError("--resume: name the run directory: --resume RUN_DIR")
     run_dir = Path(output_dir)
-    try:
-        check_same_config(to_dict(cfg), run_dir)
-    except UserError as e:
-        if not allow_change or "nothing to resume" in str(e):
-            raise
-        print(
-            f"rlvr: warning: {str(e).replace('; resume with the same config', '')}; "
-            "continuing (--allow-config-change)",
-            file=sys.stderr,
-        )
+    check_same_config(
+        to_dict(cfg),
+        run_dir,
+        allow_change=allow_change,
+        warn=lambda msg: print(f"rlvr: {msg}", file=sys.stderr),
+    )
     return run_dir
 
 

@@ -214,3 +214,32 @@ def test_builtin_recipes_parse_and_resolve_every_stage():
         Pipeline(spec, Path("/nonexistent"))  # builds and validates every stage's config
     r1 = load_pipeline(resolve_pipeline_file("r1"))
     assert [s.kind for s in r1.stages] == ["sft", "grpo", "sample", "sft", "grpo"]
+
+
+def test_a_filter_stage_refilters_existing_samples_without_a_model(tmp_path):
+    from rlvr.config import load_config
+    from rlvr.pipeline.stages import filter_schema, run_filter
+
+    rows = [
+        {
+            "id": "p1",
+            "prompt": "1+1=",
+            "answer": "2",
+            "completion": c,
+            "reward": r,
+            "num_tokens": n,
+            "finish_reason": "eos",
+        }
+        for c, r, n in [("<think>1+1+0=02</think>2", 1.0, 9), ("2", 1.0, 1), ("3", 0.0, 1)]
+    ]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config(None, ["filter.require_format=true"], schema=filter_schema())
+    out = tmp_path / "out"
+    out.mkdir()
+    summary = run_filter(cfg, samples, out, lambda _m: None)
+    kept = [json.loads(x) for x in (out / "kept.jsonl").read_text().splitlines()]
+    assert [k["completion"] for k in kept] == ["<think>1+1+0=02</think>2"]  # verified + formatted
+    assert summary["kept"] == 1 and summary["correct"] == 2
+    with pytest.raises(ConfigError, match="filter.band_low"):
+        load_config(None, ["filter.band_low=0.95"], schema=filter_schema())

@@ -24,6 +24,8 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +282,7 @@ class Pipeline:
 
     # -- the stage table -----------------------------------------------------------------------
 
+    @cached_property
     def heldout(self) -> list[dict]:
         from rlvr.data.registry import build_task
 
@@ -290,16 +293,21 @@ class Pipeline:
             size = min(size, len(task.eval))
         return task.heldout(size)
 
-    def evaluate(self, model: str) -> dict[str, float]:
+    @cached_property
+    def verifier(self) -> Any:
         from rlvr.rewards.compose import build_verifier
-        from rlvr.training.evaluate import evaluate_model
 
         reward = load_config(None, None, schema=_RewardOnly, tree={"reward": self.spec.reward})
+        return build_verifier(reward.reward.verifier)
+
+    def evaluate(self, model: str) -> dict[str, float]:
+        from rlvr.training.evaluate import evaluate_model
+
         e = self.eval_cfg
         return evaluate_model(
             ModelConfig(name_or_path=model),
-            self.heldout(),
-            build_verifier(reward.reward.verifier),
+            self.heldout,
+            self.verifier,
             max_new_tokens=e.max_new_tokens or 64,
             t1_samples=e.t1_samples,
             seed=12345,
@@ -366,7 +374,6 @@ MODEL_STAGES = ("grpo", "sft")
 
 
 # Small schemas to validate one section on its own.
-from dataclasses import dataclass, field  # noqa: E402
 
 
 @dataclass

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import DataConfig, EvalConfig, RewardConfig, _f
-from rlvr.errors import DataError
 
 Log = Callable[[str], None]
 
@@ -61,28 +60,16 @@ def filter_schema() -> type:
 
 
 def run_filter(cfg: Any, samples_path: Path, out_dir: Path, log: Log) -> dict:
+    from rlvr.data.datasets import load_rows
     from rlvr.training.sampling import write_filtered
 
-    rows = _read_jsonl(samples_path)
+    rows = load_rows(str(samples_path))
     summary = write_filtered(rows, cfg.filter, out_dir)
     log(
         f"filter: {summary.get('kept', 0)} of {len(rows)} completions kept, "
         f"{summary.get('band_kept', 0)} prompts in the pass-rate band"
     )
     return {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise DataError(f"{path}: line {i}: not valid JSON") from None
-    return rows
 
 
 # --- eval ------------------------------------------------------------------------------------

@@ -225,10 +225,13 @@ def restore_rng_state(state: dict, python_rngs: dict[str, Any], torch_gens: dict
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def check_same_config(config: dict, run_dir: Path) -> None:
+def check_same_config(
+    config: dict, run_dir: Path, *, allow_change: bool = False, warn: Any = print
+) -> None:
     """Resuming with another config would not reach the run's result: name the differing keys.
 
-    `logging.*` keys may differ (where metrics go does not change the weights).
+    `logging.*` keys may differ (where metrics go does not change the weights). With
+    `allow_change` (--allow-config-change) the difference is passed to `warn` instead.
     """
     import yaml
 
@@ -243,10 +246,13 @@ def check_same_config(config: dict, run_dir: Path) -> None:
     diff = [k for k in diff if not k.startswith("logging.")]
     if diff:
         k = diff[0]
-        raise UserError(
+        what = (
             f"--resume: the config differs from {path} at {', '.join(diff[:5])} "
-            f"({k}: run has {saved.get(k)!r}, now {now.get(k)!r}); resume with the same config"
+            f"({k}: run has {saved.get(k)!r}, now {now.get(k)!r})"
         )
+        if not allow_change:
+            raise UserError(f"{what}; resume with the same config")
+        warn(f"warning: {what}; continuing (--allow-config-change)")
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:

@@ -89,6 +89,15 @@ class FilterSection(RejectionOptions):
         0.9, "curriculum keeps prompts with pass rate <= band_high", ge=0.0, le=1.0
     )
 
+    def check(self, prefix: str = "filter.") -> None:
+        """The rejection options' checks and the band's order (a filter stage uses this alone)."""
+        super().check(prefix)
+        if self.band_low > self.band_high:
+            raise ConfigError(
+                f"{prefix}band_low: must be <= {prefix}band_high = {self.band_high}, "
+                f"got {self.band_low}"
+            )
+
     def rejection_options(self) -> RejectionOptions:
         names = [f.name for f in fields(RejectionOptions)]
         return RejectionOptions(**{name: getattr(self, name) for name in names})
@@ -109,11 +118,6 @@ class SampleConfig:
         self.data.validate()
         validate_model(self.model)
         self.filter.check("filter.")
-        if self.filter.band_low > self.filter.band_high:
-            raise ConfigError(
-                f"filter.band_low: must be <= filter.band_high = {self.filter.band_high}, "
-                f"got {self.filter.band_low}"
-            )
         limit = self.sampling.max_new_tokens
         if self.filter.min_tokens > limit:
             raise ConfigError(

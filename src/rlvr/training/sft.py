@@ -667,12 +667,7 @@ def run_sft(
     start = time.perf_counter()
     ckpt = None
     if resume:
-        try:
-            check_same_config(to_dict(cfg), run_dir)
-        except UserError as e:
-            if not allow_config_change or "nothing to resume" in str(e):
-                raise
-            log(f"warning: {e}; continuing (--allow-config-change)")
+        check_same_config(to_dict(cfg), run_dir, allow_change=allow_config_change, warn=log)
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
             raise UserError(
