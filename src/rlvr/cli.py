@@ -119,21 +119,37 @@ def cmd_train(args: argparse.Namespace) -> int:
     # Everything that can be checked without loading weights is checked before the run starts.
     build_verifier(cfg.reward.verifier)
     check_available(cfg.logging.report_to)
-    resuming = resume_dir(args)
-    if args.resume is not None:
-        run_dir = check_resumable(resuming, cfg, allow_change=args.allow_config_change)
-    else:
-        run_dir = check_run_dir(args.output_dir, args.overwrite)
+    from rlvr.distributed.world import init_world
+
+    # Under torchrun every rank runs this; rank 0 picks and checks the run directory.
+    world = init_world(cfg.distributed.backend)
+    checked: tuple[Path | None, str | None] = (None, None)
+    if world.is_main:
+        try:
+            resuming = resume_dir(args)
+            if args.resume is not None:
+                path = check_resumable(resuming, cfg, allow_change=args.allow_config_change)
+            else:
+                path = check_run_dir(args.output_dir, args.overwrite)
+            checked = (path, None)
+        except UserError as e:
+            checked = (None, str(e))
+    run_dir, error = world.broadcast_object(checked)
+    if error is not None:
+        raise UserError(error)
     resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
 
     from rlvr.training.grpo import GRPOTrainer
 
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     resume = args.resume is not None
-    trainer = GRPOTrainer(cfg, run_dir, progress=not args.quiet, log=log, resume=resume)
+    trainer = GRPOTrainer(
+        cfg, run_dir, progress=not args.quiet, log=log, resume=resume, world=world
+    )
     # Created only once the model has loaded: a failed start leaves nothing behind.
-    if not resume:
+    if not resume and world.is_main:
         create_run_dir(run_dir)
+    world.barrier()
     from rlvr.training.grpo import TrainingInterrupted
 
     try:
@@ -175,6 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    from rlvr.distributed.world import launched_world_size
+
+    if args.command != "train" and launched_world_size() > 1:
+        parser.error(
+            f"`rlvr {args.command}` runs in one process; under torchrun only `rlvr train` "
+            "runs data-parallel (docs/guides/distributed.md)"
+        )
     _quiet_transformers()
     return dispatch(args)
 

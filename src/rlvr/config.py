@@ -173,6 +173,13 @@ class RolloutConfig:
     max_new_tokens: int = _f(64, "completion length limit, tokens", ge=1)
     stop: list[str] = _f([], "extra stop strings (EOS always stops)")
     max_batch_size: int = _f(256, "rows decoded together", ge=1)
+    off_policy_steps: int = _f(
+        0,
+        "0 = on-policy; 1 = generate the next batch while the current one trains (one step "
+        "stale, corrected by truncated importance sampling; docs/distributed.md)",
+        ge=0,
+        le=1,
+    )
 
 
 @dataclass
@@ -211,6 +218,13 @@ class AlgorithmConfig:
     entropy_coef: float = _f(0.0, "entropy bonus weight (loss - coef * entropy)", ge=0.0)
     dynamic_sampling: bool = _f(False, "DAPO: drop zero-variance groups and resample to refill")
     max_sampling_rounds: int = _f(3, "extra generation rounds allowed by dynamic sampling", ge=0)
+    tis_cap: float = _f(
+        2.0,
+        "truncated importance sampling: each token's loss is weighted by min(pi_old / "
+        "pi_sampler, tis_cap) when the sampler's policy differs from the learner's "
+        "(rollout.off_policy_steps=1)",
+        gt=0.0,
+    )
 
 
 @dataclass
@@ -294,6 +308,30 @@ class CheckpointConfig:
 
 
 @dataclass
+class DistributedConfig:
+    backend: str = _f(
+        "auto",
+        "torch.distributed backend of data-parallel learners under torchrun: auto = nccl on "
+        "CUDA, gloo on CPU",
+        choices=["auto", "gloo", "nccl"],
+    )
+    ray: bool = _f(False, "rollout and reward workers as Ray actors; this process is the learner")
+    ray_address: str | None = _f(
+        None, "Ray cluster to join ('auto' = the running one); unset = start a local cluster"
+    )
+    ray_num_cpus: int | None = _f(
+        None, "CPUs of a local Ray cluster started by rlvr (unset = all)", ge=1
+    )
+    rollout_workers: int = _f(2, "Ray rollout actors; each holds a copy of the policy", ge=1)
+    reward_workers: int = _f(1, "Ray actors that run the verifier", ge=1)
+    cpus_per_worker: float = _f(1.0, "CPUs Ray reserves for each rollout or reward actor", gt=0.0)
+    gpus_per_rollout_worker: float = _f(0.0, "GPUs Ray reserves for each rollout actor", ge=0.0)
+    max_restarts: int = _f(
+        3, "times Ray restarts a dead worker; its batch is retried (same samples)", ge=0
+    )
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -305,6 +343,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,6 +3,14 @@
 from rlvr.rollout.engines import ENGINES, build_engine
 from rlvr.rollout.fast_engine import FastEngine
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.rollout.types import RolloutBatch, SamplingParams
+from rlvr.rollout.types import RolloutBatch, SamplingParams, concat_batches
 
-__all__ = ["ENGINES", "FastEngine", "HFEngine", "RolloutBatch", "SamplingParams", "build_engine"]
+__all__ = [
+    "ENGINES",
+    "FastEngine",
+    "HFEngine",
+    "RolloutBatch",
+    "SamplingParams",
+    "build_engine",
+    "concat_batches",
+]

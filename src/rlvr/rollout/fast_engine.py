@@ -27,7 +27,7 @@ import torch
 from rlvr.rollout.hf_engine import FINISH_REASONS, HFEngine, _default_eos_ids, _default_pad_id
 from rlvr.rollout.kv_cache import SlotKVCache
 from rlvr.rollout.llama_decoder import LlamaFamilyDecoder, sliding_window, unsupported_reason
-from rlvr.rollout.sampling import check_sampling_params, sample_next
+from rlvr.rollout.sampling import check_sampling_params, row_keys, sample_next, sampling_seed
 from rlvr.rollout.types import RolloutBatch, SamplingParams
 
 _LENGTH, _EOS, _STOP = (FINISH_REASONS.index(r) for r in ("length", "eos", "stop"))
@@ -123,11 +123,13 @@ class FastEngine:
         n: int,
         sampling: SamplingParams,
         generator: torch.Generator | None = None,
+        first_row: int = 0,
     ) -> RolloutBatch:
         """Sample `n` completions per prompt; rows of one prompt are contiguous.
 
         prompts: token ids of each prompt (lists or 1-D tensors, any lengths >= 1).
-        generator: seeds the draws; must live on the model's device. Ignored when greedy.
+        generator, first_row: as in HFEngine.generate (keyed sampling: the same seed gives the
+            same completions as HFEngine, whatever the slot schedule or max_batch_size).
         Returned tensors are on the CPU; the model runs in eval mode under no_grad and its
         training flag is restored afterwards.
         """
@@ -141,14 +143,16 @@ class FastEngine:
             or self._decoder is None
             or (self._window is not None and max_len > self._window)
         ):
-            return self._hf.generate(prompt_ids, n, sampling, generator)
+            return self._hf.generate(prompt_ids, n, sampling, generator, first_row)
 
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad():
                 self._decoder.prepare()
-                run = _Rollout(self, prompt_ids, n, sampling, generator)
+                rows = torch.arange(len(prompt_ids) * n) + first_row
+                keys = row_keys(sampling_seed(generator), rows)
+                run = _Rollout(self, prompt_ids, n, sampling, keys)
                 completions, logprobs, reasons = run.decode()
         finally:
             self._decoder.release()
@@ -192,10 +196,10 @@ class _Rollout:
         prompts: list[torch.Tensor],
         n: int,
         sampling: SamplingParams,
-        generator: torch.Generator | None,
+        keys: torch.Tensor,
     ) -> None:
         self.engine, self.prompts, self.n = engine, prompts, n
-        self.sampling, self.generator = sampling, generator
+        self.sampling = sampling
         self.device = engine.device
         self.num_rows = len(prompts) * n
         slots = min(engine.max_batch_size, self.num_rows)
@@ -212,6 +216,8 @@ class _Rollout:
         self.generated = torch.zeros(slots, dtype=torch.long, device=device)  # tokens so far
         self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # next feed pos
         self.active = torch.zeros(slots, dtype=torch.bool, device=device)
+        self.row_keys = keys.to(device)  # [num_rows] sampling key of each row
+        self.slot_keys = torch.zeros(slots, dtype=torch.long, device=device)
         self.logits: torch.Tensor | None = None  # [slots, V] next-token logits
         self.slot_row = [-1] * slots
         # Host mirror of the cache length each busy slot uses: positions[s] + 1 equals
@@ -272,6 +278,7 @@ class _Rollout:
             length = prefix.keys[0].shape[1]
             self.positions[index] = length
             self.generated[index] = 0
+            self.slot_keys[index] = self.row_keys[[self.slot_row[s] for s in slots]]
             self.active[index] = True
             for slot in slots:
                 self.slot_offset[slot] = length + 1 - self.forwards
@@ -315,7 +322,13 @@ class _Rollout:
             return len(busy)
         index = torch.tensor(busy, device=self.device)
         self.cache.compact(index, self.cache_len)
-        for state in (self.tokens, self.token_logprobs, self.generated, self.positions):
+        for state in (
+            self.tokens,
+            self.token_logprobs,
+            self.generated,
+            self.positions,
+            self.slot_keys,
+        ):
             state[: len(busy)] = state[index]
         self.logits[: len(busy)] = self.logits[index]
         self.active[: len(busy)] = True
@@ -337,7 +350,9 @@ class _Rollout:
             logits = self.logits[:width]
             active = self.active[:width]
             generated = self.generated[:width]
-            tokens, logprobs = sample_next(logits, sampling, self.generator)
+            tokens, logprobs = sample_next(
+                logits, sampling, keys=self.slot_keys[:width], positions=generated
+            )
             column = generated.unsqueeze(-1)  # idle slots sit at column 0, busy ones < max_new
             self.tokens[:width].scatter_(1, column, tokens.unsqueeze(-1))
             self.token_logprobs[:width].scatter_(1, column, logprobs.unsqueeze(-1))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from rlvr.rollout.sampling import check_sampling_params, sample_next
+from rlvr.rollout.sampling import check_sampling_params, row_keys, sample_next, sampling_seed
 from rlvr.rollout.types import RolloutBatch, SamplingParams
 
 FINISH_REASONS = ("length", "eos", "stop")  # index = code stored in the decode loop
@@ -92,11 +92,16 @@ class HFEngine:
         n: int,
         sampling: SamplingParams,
         generator: torch.Generator | None = None,
+        first_row: int = 0,
     ) -> RolloutBatch:
         """Sample `n` completions per prompt; rows of one prompt are contiguous.
 
         prompts: token ids of each prompt (lists or 1-D tensors, any lengths >= 1).
-        generator: seeds the draws; must live on the model's device. Ignored when greedy.
+        generator: one draw from it seeds the call's keyed sampling (see rollout.sampling);
+            must live on the model's device. Unset: torch's global RNG.
+        first_row: global index of this call's first row, for callers that split one batch
+            across calls (data-parallel ranks, Ray workers): row r's draws depend only on the
+            seed and first_row + r.
         Returned tensors are on the CPU. The model runs in eval mode under torch.no_grad and
         its training flag is restored afterwards.
         """
@@ -106,6 +111,7 @@ class HFEngine:
         prompt_ids = [_as_prompt_tensor(p, i) for i, p in enumerate(prompts)]
         row_prompts = [p for p in prompt_ids for _ in range(n)]
         prompt_index = [i for i in range(len(prompt_ids)) for _ in range(n)]
+        keys = row_keys(sampling_seed(generator), torch.arange(len(row_prompts)) + first_row)
 
         completions: list[torch.Tensor] = []
         logprobs: list[torch.Tensor] = []
@@ -116,7 +122,8 @@ class HFEngine:
             with torch.no_grad():
                 for start in range(0, len(row_prompts), self.max_batch_size):
                     chunk = row_prompts[start : start + self.max_batch_size]
-                    decoded = self._decode_chunk(chunk, sampling, generator)
+                    chunk_keys = keys[start : start + self.max_batch_size]
+                    decoded = self._decode_chunk(chunk, sampling, chunk_keys)
                     _append_rows(decoded, completions, logprobs, reasons)
         finally:
             self.model.train(was_training)
@@ -135,7 +142,7 @@ class HFEngine:
         self,
         prompts: list[torch.Tensor],
         sampling: SamplingParams,
-        generator: torch.Generator | None,
+        keys: torch.Tensor,
     ) -> _DecodedChunk:
         """Prefill left-padded prompts, then decode one token per step for all rows at once."""
         device = self.device
@@ -155,9 +162,11 @@ class HFEngine:
         reasons = torch.full((batch,), _LENGTH, dtype=torch.long, device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         next_position = position_ids[:, -1:] + 1
+        keys = keys.to(device)
 
         for step in range(max_new):
-            tokens, token_logprobs = sample_next(logits, sampling, generator)
+            at = torch.full((batch,), step, dtype=torch.long, device=device)
+            tokens, token_logprobs = sample_next(logits, sampling, keys=keys, positions=at)
             tokens = tokens.masked_fill(done, self.pad_token_id)
             out_tokens[:, step] = tokens
             out_logprobs[:, step] = token_logprobs

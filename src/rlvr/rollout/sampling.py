@@ -2,6 +2,13 @@
 
 Every engine samples through `sample_next`, so the log-probabilities stored in a rollout are
 always those of the distribution the token was actually drawn from.
+
+Keyed sampling. Each rollout row has a 32-bit key (a hash of the call's seed and the row's
+global index, `row_keys`); the uniform number that picks the token at completion position t is a
+hash of (key, t) (`keyed_uniform`), and the token is found by inverting the cumulative
+distribution. A row's draws therefore do not depend on which other rows share its batch, on the
+engine's slot schedule, on `max_batch_size`, or on how the rows of a step are split across data
+parallel ranks or Ray workers: the same seed gives the same completions everywhere.
 """
 
 from __future__ import annotations
@@ -65,15 +72,56 @@ def _keep_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (xor-shift-multiply finaliser) of int64 tensors holding values in
+    [0, 2^32). The multipliers are below 2^31, so every product fits in int64."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x5BD1E995) & _MASK32
+    return x ^ (x >> 16)
+
+
+def row_keys(seed: int, rows: torch.Tensor) -> torch.Tensor:
+    """Sampling keys [R] (int64 in [0, 2^32)) of global row indices `rows` under `seed`."""
+    salt = _mix32(torch.tensor(seed & _MASK32, dtype=torch.long))
+    return _mix32((rows.long() & _MASK32) ^ salt)
+
+
+def keyed_uniform(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Uniform numbers in [0, 1) as float64 [B], a deterministic function of (key, position):
+    53 random bits from two 32-bit hashes (27 + 26 bits), as in MT19937's genrand_res53."""
+    h1 = _mix32(keys.long() ^ _mix32((positions.long() + 0x9E3779B9) & _MASK32))
+    h2 = _mix32(h1 ^ 0x68E31DA4)
+    return ((h1 >> 5).double() * 67108864.0 + (h2 >> 6).double()) / 9007199254740992.0
+
+
+def sampling_seed(generator: torch.Generator | None) -> int:
+    """One draw from `generator` (or torch's global RNG) that seeds a generate call's keys."""
+    device = generator.device if generator is not None else "cpu"
+    return int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=device))
+
+
 def sample_next(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None = None,
+    *,
+    keys: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row from next-token logits [B, V].
 
     temperature == 0: greedy argmax; logprob = log_softmax(raw logits)[token].
-    otherwise: draw from softmax(filter_logits(...)) with torch.multinomial (using `generator`,
-        which must live on the logits' device); logprob = log_softmax(filtered logits)[token],
-        the exact log-probability (nats) under the distribution actually sampled from.
+    otherwise: draw from p = softmax(filter_logits(...)); logprob = log_softmax(filtered
+        logits)[token], the exact log-probability (nats) under the distribution sampled from.
+        With `keys` [B] and `positions` [B] (the completion position of each row's token), the
+        draw is the inverse CDF at u = keyed_uniform(key, position): the first token whose
+        cumulative probability (float64, vocabulary order) exceeds u. Without keys it is
+        torch.multinomial with `generator` (which must live on the logits' device).
     Returns (tokens [B] long, logprobs [B] float32).
     """
     logits = logits.float()
@@ -83,5 +131,21 @@ def sample_next(
     else:
         filtered = filter_logits(logits, params.temperature, params.top_k, params.top_p)
         logprobs = filtered.log_softmax(dim=-1)
-        tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+        if keys is None:
+            tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+        else:
+            if positions is None:
+                raise ValueError("sample_next: keyed sampling needs the positions of the tokens")
+            tokens = _inverse_cdf(logprobs, keyed_uniform(keys, positions).to(logits.device))
     return tokens, logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _inverse_cdf(logprobs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    probs = logprobs.double().exp()
+    cdf = probs.cumsum(dim=-1)
+    target = (u * cdf[:, -1]).unsqueeze(-1)  # scaled by the total: rounding cannot overshoot
+    tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    tokens = tokens.clamp(max=logprobs.shape[-1] - 1)
+    # u within 2^-53 of 1 could land past the last token of nonzero mass: take the mode instead
+    chosen = probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return torch.where(chosen > 0, tokens, probs.argmax(dim=-1))

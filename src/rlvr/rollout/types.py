@@ -70,3 +70,16 @@ class RolloutBatch:
     @property
     def completion_lengths(self) -> list[int]:
         return [int(c.numel()) for c in self.completion_ids]
+
+
+def concat_batches(parts: list[tuple[int, RolloutBatch]]) -> RolloutBatch:
+    """One batch from batches of consecutive prompt ranges, given as (index of the part's first
+    prompt in the whole list, part) in order; prompt_index becomes the index in the whole list."""
+    return RolloutBatch(
+        prompt_ids=[p for _, b in parts for p in b.prompt_ids],
+        completion_ids=[c for _, b in parts for c in b.completion_ids],
+        completion_text=[t for _, b in parts for t in b.completion_text],
+        logprobs=[lp for _, b in parts for lp in b.logprobs],
+        finish_reason=[r for _, b in parts for r in b.finish_reason],
+        prompt_index=[first + i for first, b in parts for i in b.prompt_index],
+    )

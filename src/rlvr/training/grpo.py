@@ -12,6 +12,12 @@ One step:
 
 The policy used for sampling is the same object the optimizer updates, so no weight sync is
 needed in one process.
+
+Under torchrun every rank runs this loop on a replica (see rlvr.distributed.world): it generates
+and scores its share of the step's prompts, the scored batch is gathered everywhere, each rank
+back-propagates its share of every mini-batch with the global normalisers and the gradients are
+summed, so per-step losses and weights equal the single-process run's within fp32 rounding.
+Keyed sampling makes the completions themselves identical. Rank 0 alone writes the run dir.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from rlvr.algorithms import (
 )
 from rlvr.config import Config, dump_yaml, to_dict
 from rlvr.data.registry import build_task
+from rlvr.distributed.world import World, init_world
 from rlvr.errors import ConfigError, UserError
 from rlvr.models.loading import (
     encode_prompt,
@@ -57,7 +64,7 @@ from rlvr.rewards.compose import CompositeVerifier, build_verifier
 from rlvr.rewards.exact import is_reasoning
 from rlvr.rewards.length import overlong_penalties
 from rlvr.rewards.pool import VerifierPool
-from rlvr.rollout import RolloutBatch, SamplingParams, build_engine
+from rlvr.rollout import RolloutBatch, SamplingParams, build_engine, concat_batches
 from rlvr.training.checkpoint import (
     incomplete_checkpoints,
     latest_checkpoint,
@@ -154,12 +161,15 @@ class GRPOTrainer:
         progress: bool = True,
         log: Callable[[str], None] = print,
         resume: bool = False,
+        world: World | None = None,
     ) -> None:
         self.cfg = cfg
         self.resume = resume
         self.run_dir = run_dir
-        self.log = log
-        self.show_progress = progress and cfg.logging.progress
+        self.world = world if world is not None else init_world(cfg.distributed.backend)
+        self.main = self.world.is_main  # rank 0 logs, evaluates and writes the run directory
+        self.log = log if self.main else (lambda _msg: None)
+        self.show_progress = progress and cfg.logging.progress and self.main
         torch.manual_seed(cfg.training.seed)
         if cfg.checkpoint.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -168,6 +178,8 @@ class GRPOTrainer:
         self.shuffle_gen = torch.Generator().manual_seed(cfg.training.seed + 1)
 
         self.device = resolve_device(cfg.model.device)
+        if self.device.type == "cuda" and self.world.distributed:
+            self.device = torch.device("cuda", self.world.local_rank)
         self.dtype = resolve_dtype(cfg.model.dtype, self.device)
         self.verifier = build_verifier(cfg.reward.verifier)
         self.pool = (
@@ -182,6 +194,7 @@ class GRPOTrainer:
         )
         self.chat = uses_chat_template(self.tokenizer, cfg.model.chat_template)
         self.model = load_model(cfg.model, self.device, self.dtype, train=True)
+        self.world.broadcast_parameters(self.model)  # replicas start identical
         # beta = 0 needs no reference at all; with LoRA the reference is the policy's own frozen
         # base with its adapters switched off, so no second copy of the weights is held.
         self.use_ref = cfg.algorithm.kl_coef > 0
@@ -262,14 +275,9 @@ class GRPOTrainer:
             self.task.on_step(self.step - 1, cfg.training.steps)  # 0-based
         while len(rounds) < max_rounds and len(kept) < want:
             samples = [self.task.sample_train(self.prompt_rng) for _ in range(want)]
-            t0 = time.perf_counter()
-            batch = self._generate([self.encode(s) for s in samples], g)
-            t_generate += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            rewards, f = self.scorer(
-                batch.completion_text, [samples[i] for i in batch.prompt_index]
-            )
-            t_score += time.perf_counter() - t0
+            batch, rewards, f, dt_generate, dt_score = self.rollout_round(samples, g)
+            t_generate += dt_generate
+            t_score += dt_score
             failures += f
             if hasattr(self.task, "observe"):  # adaptive curricula see the verifier's rewards
                 self.task.observe([samples[i] for i in batch.prompt_index], rewards)
@@ -305,6 +313,34 @@ class GRPOTrainer:
         return ScoredRollouts(
             merged, row_samples, rewards_t, failures, len(rounds), groups_kept, t_generate, t_score
         )
+
+    def rollout_round(
+        self, samples: list[Mapping[str, Any]], g: int
+    ) -> tuple[RolloutBatch, list[float], int, float, float]:
+        """Generate g completions for each sample and score them: (batch, rewards, verifier
+        failures, generate seconds, score seconds). With several ranks, each rank does its
+        contiguous share of the prompts (keyed sampling with the global row offset, so the rows
+        are those one process would draw) and the results are gathered on every rank."""
+        lo, hi = self.world.shard(len(samples))
+        t0 = time.perf_counter()
+        batch = self._generate([self.encode(s) for s in samples[lo:hi]], g, first_row=lo * g)
+        t_generate = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rewards, failures = self.scorer(
+            batch.completion_text, [samples[lo + i] for i in batch.prompt_index]
+        )
+        t_score = time.perf_counter() - t0
+        if not self.world.distributed:
+            return batch, rewards, failures, t_generate, t_score
+        parts = self.world.all_gather_object(
+            (lo, batch, rewards, failures, self.scorer.pop_components())
+        )
+        batch = concat_batches([(first, part) for first, part, *_ in parts])
+        rewards = [r for part in parts for r in part[2]]
+        for *_, components in parts:
+            for name, values in components.items():
+                self.scorer.components.setdefault(name, []).extend(values)
+        return batch, rewards, sum(p[3] for p in parts), t_generate, t_score
 
     # -- step 3-5: the update ------------------------------------------------------------------
 
@@ -379,11 +415,13 @@ class GRPOTrainer:
 
     @torch.no_grad()
     def _logprobs_no_grad(self, model: Any, tokens: TokenBatch) -> torch.Tensor:
+        """[N, T] completion log-probs of every row; each rank computes its share of the rows
+        and the others' shares arrive by a sum over ranks (they are zero elsewhere)."""
         out = torch.zeros(tokens.completion_mask.shape)
-        for rows, unit in self._micro_batches(tokens, torch.arange(len(tokens))):
+        for rows, unit in self._micro_batches(tokens, self.world.rows(torch.arange(len(tokens)))):
             lp, _ = self._unit_logprobs(model, unit)
             out[rows, : lp.shape[1]] = lp.float().cpu()
-        return out
+        return self.world.all_reduce(out)
 
     def _reference_logprobs(self, tokens: TokenBatch) -> torch.Tensor:
         if self.ref_model is not None:
@@ -405,13 +443,15 @@ class GRPOTrainer:
                 f"a NaN/inf loss or gradient (training.max_consecutive_skips={limit}); {where}"
             )
 
-    def _generate(self, prompt_ids: list[list[int]], g: int) -> RolloutBatch:
+    def _generate(self, prompt_ids: list[list[int]], g: int, first_row: int = 0) -> RolloutBatch:
         """engine.generate; on out-of-memory, halve the rows decoded together and retry (the
         sampler's RNG is rewound, so the retry draws as a fresh attempt would). Logged."""
         while True:
             rng = self.sample_gen.get_state()
             try:
-                return self.engine.generate(prompt_ids, g, self.sampling, generator=self.sample_gen)
+                return self.engine.generate(
+                    prompt_ids, g, self.sampling, generator=self.sample_gen, first_row=first_row
+                )
             except torch.OutOfMemoryError:
                 size = self.engine.max_batch_size
                 if size <= 1:
@@ -465,8 +505,9 @@ class GRPOTrainer:
         if state.get("task") is not None and hasattr(self.task, "load_state_dict"):
             self.task.load_state_dict(state["task"])
         self.step = state["step"]
-        truncate_jsonl(self.run_dir / "metrics.jsonl", self.step)
-        truncate_jsonl(self.run_dir / "timings.jsonl", self.step)
+        if self.main:
+            truncate_jsonl(self.run_dir / "metrics.jsonl", self.step)
+            truncate_jsonl(self.run_dir / "timings.jsonl", self.step)
         return state
 
     def _temperature(self) -> float:
@@ -514,7 +555,8 @@ class GRPOTrainer:
                 num_tokens = float(mask[mb_rows].sum())
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_loss = 0.0
-                for rows, unit in self._micro_batches(tokens, mb_rows):
+                # this rank's share; the normalisers above count the whole mini-batch
+                for rows, unit in self._micro_batches(tokens, self.world.rows(mb_rows)):
                     total, real = _token_counts(unit)
                     forward_tokens += total
                     padding_tokens += total - real
@@ -569,6 +611,8 @@ class GRPOTrainer:
                             ratio_max = max(ratio_max, float(v))
                         else:
                             totals[k] = totals.get(k, 0.0) + float(v) * w
+                self.world.all_reduce_grads(self.model.parameters())
+                mb_loss = float(self.world.all_reduce(torch.tensor(mb_loss, dtype=torch.float64)))
                 max_norm = (
                     cfg.optimizer.max_grad_norm if cfg.optimizer.max_grad_norm > 0 else math.inf
                 )
@@ -587,6 +631,17 @@ class GRPOTrainer:
                 self.optimizer.step()
                 self.scheduler.step()
         timings["time_update_s"] = time.perf_counter() - t0
+        if self.world.distributed:  # the step's statistics over all ranks' rows
+            parts = self.world.all_gather_object(
+                (totals, token_weight, ratio_min, ratio_max, forward_tokens, padding_tokens)
+            )
+            totals = {}
+            for part_totals, *_ in parts:
+                for k, v in part_totals.items():
+                    totals[k] = totals.get(k, 0.0) + v
+            token_weight = sum(p[1] for p in parts)
+            ratio_min, ratio_max = min(p[2] for p in parts), max(p[3] for p in parts)
+            forward_tokens, padding_tokens = sum(p[4] for p in parts), sum(p[5] for p in parts)
         for k, v in totals.items():
             stats[k] = v / max(token_weight, 1.0)
         stats["ratio_min"], stats["ratio_max"] = ratio_min, ratio_max
@@ -687,16 +742,20 @@ class GRPOTrainer:
         start = time.perf_counter()
         # Restored before metrics.jsonl is opened: resuming truncates it to the checkpoint's step.
         restored = self._restore() if self.resume else None
-        dump_yaml(cfg, self.run_dir / "config.yaml")
-        writer = JsonlWriter(self.run_dir / "metrics.jsonl")
+        main = self.main
+        if main:
+            dump_yaml(cfg, self.run_dir / "config.yaml")
+        writer = JsonlWriter(self.run_dir / "metrics.jsonl") if main else _NullWriter()
         # Deterministic mode: wall-clock numbers live apart, so metrics.jsonl is reproducible.
         timings = (
             JsonlWriter(self.run_dir / "timings.jsonl") if cfg.checkpoint.deterministic else None
         )
+        if timings is not None and not main:
+            timings = _NullWriter()
         last_save = time.monotonic()
         stop = _StopSignals()
         sinks = build_loggers(
-            cfg.logging.report_to,
+            cfg.logging.report_to if main else [],
             self.run_dir,
             to_dict(cfg),
             wandb_project=cfg.logging.wandb_project,
@@ -715,7 +774,7 @@ class GRPOTrainer:
             summary["resumed_from_step"] = restored["step"]
             self.log(f"resumed from checkpoint at step {restored['step']}")
         try:
-            if cfg.eval.before and self.heldout and restored is None:
+            if cfg.eval.before and self.heldout and restored is None and main:
                 summary["eval_before"] = self.run_eval()
                 sinks.log({f"eval/{k}": v for k, v in summary["eval_before"].items()}, 0)
                 self.log(_eval_line("before", summary["eval_before"]))
@@ -735,11 +794,13 @@ class GRPOTrainer:
                 metrics["tokens_per_s_rollout"] = sum(scored.batch.completion_lengths) / max(
                     scored.time_generate_s, 1e-9
                 )
-                if cfg.logging.samples_every and self.step % cfg.logging.samples_every == 0:
+                every_samples = cfg.logging.samples_every
+                samples_due = every_samples and self.step % every_samples == 0
+                if samples_due and main:
                     self.write_samples(scored, advantages)
                 last = self.step == cfg.training.steps
                 periodic = cfg.eval.every and self.step % cfg.eval.every == 0
-                if periodic and self.heldout and not (last and cfg.eval.after):
+                if periodic and self.heldout and not (last and cfg.eval.after) and main:
                     metrics.update({f"eval_{k}": v for k, v in self.run_eval().items()})
                 metrics["step_time_s"] = time.perf_counter() - t_step
                 metrics.update(memory_metrics(self.device))
@@ -747,7 +808,7 @@ class GRPOTrainer:
                 fired = diagnose(history)
                 if fired:
                     metrics["diagnostics"] = [d.name for d in fired]
-                for d in fired:
+                for d in fired if main else []:
                     if d.name not in warned:  # say it once per run; metrics.jsonl has every step
                         warned.add(d.name)
                         progress.write(d.line())
@@ -763,21 +824,25 @@ class GRPOTrainer:
                 every = cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0
                 minutes = cfg.checkpoint.every_minutes
                 due = minutes and time.monotonic() - last_save >= 60 * minutes
-                if every or due or stop.signum is not None:
+                # every rank stops after the same step when any of them was signalled
+                signum = int(self.world.all_reduce(torch.tensor(stop.signum or 0), "max"))
+                if (every or due or signum) and main:  # replicas are identical: rank 0 saves
                     self._save_checkpoint(history, summary.get("eval_before"))
                     last_save = time.monotonic()
-                if stop.signum is not None:
+                if signum:
                     progress.close()
-                    raise TrainingInterrupted(stop.signum, self.step, self.run_dir)
+                    self.world.barrier()  # the checkpoint is complete before any rank exits
+                    raise TrainingInterrupted(signum, self.step, self.run_dir)
             progress.close()
-            if cfg.eval.after and self.heldout:
+            if cfg.eval.after and self.heldout and main:
                 summary["eval_after"] = self.run_eval()
                 sinks.log(
                     {f"eval/{k}": v for k, v in summary["eval_after"].items()}, cfg.training.steps
                 )
                 self.log(_eval_line("after", summary["eval_after"]))
-            if cfg.checkpoint.save_final:
+            if cfg.checkpoint.save_final and main:
                 save_model(self.model, self.tokenizer, self.run_dir / "final")
+            self.world.barrier()  # no rank leaves before rank 0 has written the final model
         finally:
             stop.restore()
             writer.close()
@@ -788,10 +853,23 @@ class GRPOTrainer:
                 self.pool.close()
         summary["steps"] = cfg.training.steps
         summary["wall_seconds"] = time.perf_counter() - start
-        tmp = self.run_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2))
-        tmp.replace(self.run_dir / "summary.json")
+        if self.world.distributed:
+            summary["world_size"] = self.world.size
+        if main:
+            tmp = self.run_dir / "summary.json.tmp"
+            tmp.write_text(json.dumps(summary, indent=2))
+            tmp.replace(self.run_dir / "summary.json")
         return summary
+
+
+class _NullWriter:
+    """Where ranks other than 0 write their metrics: nowhere."""
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _is_wall_clock(key: str) -> bool:
