@@ -18,10 +18,16 @@ and scores its share of the step's prompts, the scored batch is gathered everywh
 back-propagates its share of every mini-batch with the global normalisers and the gradients are
 summed, so per-step losses and weights equal the single-process run's within fp32 rounding.
 Keyed sampling makes the completions themselves identical. Rank 0 alone writes the run dir.
+
+With rollout.off_policy_steps=1 the next step's batch is generated in a background thread, by a
+snapshot of the weights taken before this step's update, while the update runs: every batch is
+one update stale, and each token's loss is weighted by the truncated importance ratio
+min(pi_old / pi_sampler, algorithm.tis_cap) (Yao et al. 2025, "truncated importance sampling").
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -29,7 +35,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +105,9 @@ class ScoredRollouts:
     groups_kept: int = 0
     time_generate_s: float = 0.0
     time_score_s: float = 0.0
+    staleness: int = 0  # optimizer steps between the sampler's weights and the learner's
+    components: dict[str, list[float]] = field(default_factory=dict)  # composite verifier parts
+    task_metrics: dict[str, float] = field(default_factory=dict)  # e.g. the curriculum level
 
 
 class Scorer:
@@ -203,11 +213,32 @@ class GRPOTrainer:
             if self.use_ref and not is_lora(self.model)
             else None
         )
+        # Off-policy rollouts run on a snapshot of the weights while the update changes the
+        # policy; held-out evaluation always sees the current policy.
+        self.off_policy = cfg.rollout.off_policy_steps > 0
+        if self.off_policy and self.world.distributed:
+            raise ConfigError(
+                "rollout.off_policy_steps=1: not supported under torchrun yet (the background "
+                "rollout thread would interleave collectives); use 0, or the Ray mode"
+            )
+        self.rollout_model = self.model
+        if self.off_policy:
+            self.rollout_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.engine = build_engine(
             cfg.rollout.engine,
-            self.model,
+            self.rollout_model,
             self.tokenizer,
             max_batch_size=cfg.rollout.max_batch_size,
+        )
+        self.eval_engine = (
+            build_engine(
+                cfg.rollout.engine,
+                self.model,
+                self.tokenizer,
+                max_batch_size=cfg.rollout.max_batch_size,
+            )
+            if self.off_policy
+            else self.engine
         )
         self.sampling = SamplingParams(
             temperature=cfg.rollout.temperature,
@@ -258,11 +289,13 @@ class GRPOTrainer:
 
     # -- step 1-2: rollouts and rewards --------------------------------------------------------
 
-    def collect(self) -> ScoredRollouts:
-        """Sample and score one batch. With dynamic sampling, groups whose rewards are all equal
-        are dropped and further rounds of prompts are sampled (at most max_sampling_rounds) until
-        prompts_per_step informative groups are collected."""
+    def collect(self, step: int | None = None) -> ScoredRollouts:
+        """Sample and score the batch of `step` (default: the current step). With dynamic
+        sampling, groups whose rewards are all equal are dropped and further rounds of prompts
+        are sampled (at most max_sampling_rounds) until prompts_per_step informative groups are
+        collected."""
         cfg = self.cfg
+        step = self.step if step is None else step
         want = cfg.rollout.prompts_per_step
         g = cfg.rollout.group_size
         rounds: list[tuple[RolloutBatch, list, list[float]]] = []
@@ -272,7 +305,7 @@ class GRPOTrainer:
             cfg.algorithm.max_sampling_rounds if cfg.algorithm.dynamic_sampling else 0
         )
         if hasattr(self.task, "on_step"):  # curricula: difficulty may follow training progress
-            self.task.on_step(self.step - 1, cfg.training.steps)  # 0-based
+            self.task.on_step(step - 1, cfg.training.steps)  # 0-based
         while len(rounds) < max_rounds and len(kept) < want:
             samples = [self.task.sample_train(self.prompt_rng) for _ in range(want)]
             batch, rewards, f, dt_generate, dt_score = self.rollout_round(samples, g)
@@ -311,7 +344,16 @@ class GRPOTrainer:
         row_samples = [rounds[r][1][i // g] for r, i in rows]
         rewards_t = torch.tensor([rounds[r][2][i] for r, i in rows], dtype=torch.float32)
         return ScoredRollouts(
-            merged, row_samples, rewards_t, failures, len(rounds), groups_kept, t_generate, t_score
+            merged,
+            row_samples,
+            rewards_t,
+            failures,
+            len(rounds),
+            groups_kept,
+            t_generate,
+            t_score,
+            components=self.scorer.pop_components(),
+            task_metrics=self.task.metrics() if hasattr(self.task, "metrics") else {},
         )
 
     def rollout_round(
@@ -471,8 +513,11 @@ class GRPOTrainer:
     def _rngs(self) -> tuple[dict[str, Any], dict[str, Any]]:
         return {"prompt": self.prompt_rng}, {"sample": self.sample_gen, "shuffle": self.shuffle_gen}
 
-    def _save_checkpoint(self, history: list[dict], eval_before: Any) -> None:
+    def _save_checkpoint(
+        self, history: list[dict], eval_before: Any, pending: ScoredRollouts | None = None
+    ) -> None:
         state = {
+            "pending": pending,  # off-policy: the next step's batch, already generated
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng_state(*self._rngs()),
@@ -510,6 +555,17 @@ class GRPOTrainer:
             truncate_jsonl(self.run_dir / "timings.jsonl", self.step)
         return state
 
+    def _sync_rollout_weights(self) -> None:
+        """Off-policy: the rollout snapshot takes the learner's current weights."""
+        if self.rollout_model is not self.model:
+            with torch.no_grad():
+                self.rollout_model.load_state_dict(self.model.state_dict())
+
+    def _collect_stale(self, step: int) -> ScoredRollouts:
+        scored = self.collect(step)
+        scored.staleness = 1
+        return scored
+
     def _temperature(self) -> float:
         return self.cfg.rollout.temperature if self.cfg.rollout.temperature > 0 else 1.0
 
@@ -526,8 +582,10 @@ class GRPOTrainer:
         if cfg.training.token_budget > 0:
             self._check_packed_head(tokens)
         t0 = time.perf_counter()
-        need_old = self.updates_per_step > 1 or alg.kl_in_reward
+        need_old = self.updates_per_step > 1 or alg.kl_in_reward or self.off_policy
         old_lp = self._logprobs_no_grad(self.model, tokens) if need_old else None
+        # the sampler's own log-probs, for the truncated importance weights of off-policy rows
+        sampler_lp = _padded(batch.logprobs, mask.shape) if self.off_policy else None
         ref_lp = self._reference_logprobs(tokens) if self.use_ref else None
         timings["time_logprobs_s"] = time.perf_counter() - t0
 
@@ -579,6 +637,13 @@ class GRPOTrainer:
                         dual_clip_c=alg.dual_clip_c,
                         ratio_level=alg.ratio_level,
                     )
+                    if sampler_lp is not None:
+                        # truncated importance sampling: pi_old / pi_sampler, capped, no gradient
+                        ratio = torch.exp(old - sampler_lp[rows, :width].to(self.device))
+                        tis = ratio.clamp(max=alg.tis_cap)
+                        per_token = per_token * tis
+                        pstats["tis_weight_mean"] = masked_mean(tis, m)
+                        pstats["tis_clip_fraction"] = masked_mean((ratio > alg.tis_cap).float(), m)
                     agg = dict(
                         mode=alg.loss_aggregation,
                         max_tokens=cfg.rollout.max_new_tokens,
@@ -688,7 +753,7 @@ class GRPOTrainer:
             "reasoning_fraction": sum(is_reasoning(t) for t in batch.completion_text) / len(batch),
         }
         m.update({k: float(v) for k, v in group_stats(rewards, batch.group_ids).items()})
-        for name, values in self.scorer.pop_components().items():
+        for name, values in scored.components.items():
             t = torch.tensor(values)
             m[f"reward/{name}_mean"] = float(t.mean())
             m[f"reward/{name}_std"] = float(t.std(unbiased=False))
@@ -724,7 +789,7 @@ class GRPOTrainer:
     def run_eval(self) -> dict[str, float]:
         cfg = self.cfg
         return evaluate(
-            self.engine,
+            self.eval_engine,
             self.heldout,
             [self.encode(s) for s in self.heldout],
             self.verifier,
@@ -754,6 +819,7 @@ class GRPOTrainer:
             timings = _NullWriter()
         last_save = time.monotonic()
         stop = _StopSignals()
+        executor = ThreadPoolExecutor(max_workers=1) if self.off_policy else None
         sinks = build_loggers(
             cfg.logging.report_to if main else [],
             self.run_dir,
@@ -780,13 +846,27 @@ class GRPOTrainer:
                 self.log(_eval_line("before", summary["eval_before"]))
             progress = Progress(cfg.training.steps - first_step + 1, self.show_progress)
             warned: set[str] = set()
+            pending: Future | None = None
+            if restored is not None and restored.get("pending") is not None:
+                pending = Future()
+                pending.set_result(restored["pending"])
             for self.step in range(first_step, cfg.training.steps + 1):
                 t_step = time.perf_counter()
-                scored = self.collect()
+                if pending is not None:  # generated during the previous update
+                    scored = pending.result()
+                else:
+                    self._sync_rollout_weights()
+                    scored = self.collect()
+                pending = None
+                if executor is not None and self.step < cfg.training.steps:
+                    # the next batch is drawn from the weights as they are before this update
+                    self._sync_rollout_weights()
+                    pending = executor.submit(self._collect_stale, self.step + 1)
                 metrics: dict[str, Any] = {"step": self.step}
                 metrics.update(self.rollout_metrics(scored))
-                if hasattr(self.task, "metrics"):  # e.g. the current curriculum level
-                    metrics.update(self.task.metrics())
+                if self.off_policy:
+                    metrics["rollout_staleness"] = scored.staleness
+                metrics.update(scored.task_metrics)  # e.g. the curriculum level
                 stats, advantages = self.update(scored)
                 metrics.update(stats)
                 metrics["time_generate_s"] = scored.time_generate_s
@@ -827,7 +907,8 @@ class GRPOTrainer:
                 # every rank stops after the same step when any of them was signalled
                 signum = int(self.world.all_reduce(torch.tensor(stop.signum or 0), "max"))
                 if (every or due or signum) and main:  # replicas are identical: rank 0 saves
-                    self._save_checkpoint(history, summary.get("eval_before"))
+                    next_batch = pending.result() if pending is not None else None
+                    self._save_checkpoint(history, summary.get("eval_before"), next_batch)
                     last_save = time.monotonic()
                 if signum:
                     progress.close()
@@ -844,6 +925,8 @@ class GRPOTrainer:
                 save_model(self.model, self.tokenizer, self.run_dir / "final")
             self.world.barrier()  # no rank leaves before rank 0 has written the final model
         finally:
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
             stop.restore()
             writer.close()
             if timings is not None:
@@ -923,6 +1006,14 @@ def _eval_line(when: str, e: Mapping[str, float]) -> str:
         f"eval {when}: accuracy {e['accuracy']:.3f}  pass1_t1 {e['pass1_t1']:.3f}  "
         f"reasoning {e['reasoning_fraction']:.3f}  length {e['mean_length']:.1f}  (n={e['n']})"
     )
+
+
+def _padded(rows: list[torch.Tensor], shape: torch.Size) -> torch.Tensor:
+    """Per-row 1-D float tensors as one zero-padded [N, T] float32 tensor of `shape`."""
+    out = torch.zeros(shape)
+    for i, row in enumerate(rows):
+        out[i, : row.numel()] = row.float()
+    return out
 
 
 def _token_counts(unit: TokenBatch | PackedRows) -> tuple[int, int]:

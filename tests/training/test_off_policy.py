@@ -1,0 +1,123 @@
+"""One-step off-policy rollouts (rollout.off_policy_steps=1) with truncated importance sampling."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from rlvr.config import load_config
+from rlvr.rollout import RolloutBatch
+from rlvr.training.grpo import GRPOTrainer, ScoredRollouts
+from rlvr.training.logprobs import make_token_batch
+
+TINY = [
+    "rollout.prompts_per_step=4",
+    "rollout.group_size=4",
+    "eval.size=0",
+    "logging.samples_every=1",
+    "optimizer.lr=3e-3",
+    "optimizer.warmup_steps=0",
+    "optimizer.max_grad_norm=0",
+]
+
+
+def trainer(tmp_path, name: str, *overrides: str) -> GRPOTrainer:
+    run = tmp_path / name
+    run.mkdir()
+    cfg = load_config(None, [*TINY, *overrides])
+    return GRPOTrainer(cfg, run, progress=False, log=lambda _m: None)
+
+
+def completions(run_dir, step: int) -> list[tuple[int, str]]:
+    rows = [
+        json.loads(x) for x in (run_dir / "samples" / f"step-{step}.jsonl").read_text().splitlines()
+    ]
+    return sorted((r["group"], r["completion"]) for r in rows)
+
+
+def texts(scored: ScoredRollouts) -> list[tuple[int, str]]:
+    return sorted(zip(scored.batch.group_ids.tolist(), scored.batch.completion_text))
+
+
+def test_each_batch_is_drawn_by_the_weights_of_one_update_before(tmp_path):
+    """Step 2's batch of an off-policy run is what the initial weights draw for step 2 (it was
+    generated while update 1 ran); an on-policy run draws step 2 from the updated weights."""
+    off = trainer(tmp_path, "off", "training.steps=2", "rollout.off_policy_steps=1")
+    off.train()
+    rows = [json.loads(x) for x in (tmp_path / "off" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rollout_staleness"] for r in rows] == [0, 1]
+    for r in rows:
+        assert 0.0 < r["tis_weight_mean"] <= 2.0 and 0.0 <= r["tis_clip_fraction"] <= 1.0
+
+    frozen = trainer(tmp_path, "frozen", "training.steps=2")  # never updated: the initial weights
+    frozen.step = 1
+    assert texts(frozen.collect()) == completions(tmp_path / "off", 1)
+    frozen.step = 2
+    assert texts(frozen.collect()) == completions(tmp_path / "off", 2)
+
+    on = trainer(tmp_path, "on", "training.steps=2")
+    on.train()
+    assert completions(tmp_path / "on", 1) == completions(tmp_path / "off", 1)
+    assert completions(tmp_path / "on", 2) != completions(tmp_path / "off", 2)
+
+
+@pytest.mark.parametrize(
+    ("shift", "weight", "clipped"),
+    [(0.0, 1.0, 0.0), (math.log(1.5), 1.5, 0.0), (math.log(3.0), 2.0, 1.0)],
+)
+def test_truncated_importance_weights_scale_the_gradient(tmp_path, shift, weight, clipped):
+    """Sampler log-probs lower than the learner's by log(c): every token's loss is weighted by
+    min(c, tis_cap=2), so the gradient norm scales by that weight and the metrics report it."""
+    t = trainer(tmp_path, f"w{weight}", "rollout.off_policy_steps=1", "algorithm.tis_cap=2.0")
+    t.step = 1
+    scored = t.collect()
+    batch = scored.batch
+    tokens = make_token_batch(batch.prompt_ids, batch.completion_ids, t.pad_id)
+    learner = t._logprobs_no_grad(t.model, tokens)
+    lengths = batch.completion_lengths
+
+    def with_sampler_logprobs(offset: float) -> ScoredRollouts:
+        rows = [learner[i, :n] - offset for i, n in enumerate(lengths)]
+        fields = {k: getattr(batch, k) for k in ("prompt_ids", "completion_ids", "completion_text")}
+        b = RolloutBatch(
+            **fields,
+            logprobs=rows,
+            finish_reason=batch.finish_reason,
+            prompt_index=batch.prompt_index,
+        )
+        return ScoredRollouts(b, scored.samples, scored.rewards, 0)
+
+    assert float(scored.rewards.std()) > 0  # some signal, so the gradient is not zero
+    state = {k: v.clone() for k, v in t.model.state_dict().items()}
+    base, _ = t.update(with_sampler_logprobs(0.0))
+    t.model.load_state_dict(state)
+    t.optimizer.state.clear()
+    stats, _ = t.update(with_sampler_logprobs(shift))
+    assert stats["tis_weight_mean"] == pytest.approx(weight, rel=1e-5)
+    assert stats["tis_clip_fraction"] == pytest.approx(clipped)
+    assert stats["grad_norm"] == pytest.approx(weight * base["grad_norm"], rel=1e-4)
+
+
+def test_resume_continues_with_the_batch_generated_before_the_checkpoint(tmp_path):
+    """The checkpoint holds the already generated next batch: resuming from step 2 of a 4-step
+    off-policy run gives the uninterrupted run's metrics and weights exactly."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    opts = ("training.steps=4", "rollout.off_policy_steps=1", "checkpoint.every=2")
+    opts = (*opts, "checkpoint.deterministic=true", "checkpoint.keep_last=2")
+    trainer(tmp_path, "full", *opts).train()
+    shutil.copytree(tmp_path / "full", tmp_path / "cut")
+    shutil.rmtree(tmp_path / "cut" / "checkpoints" / "step-4")
+    shutil.rmtree(tmp_path / "cut" / "final")
+    cfg = load_config(None, [*TINY, *opts])
+    GRPOTrainer(cfg, tmp_path / "cut", progress=False, log=lambda _m: None, resume=True).train()
+    full = (tmp_path / "full" / "metrics.jsonl").read_text()
+    assert (tmp_path / "cut" / "metrics.jsonl").read_text() == full
+    a = load_file(tmp_path / "full" / "final" / "model.safetensors")
+    b = load_file(tmp_path / "cut" / "final" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
