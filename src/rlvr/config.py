@@ -309,6 +309,13 @@ class CheckpointConfig:
 
 @dataclass
 class DistributedConfig:
+    strategy: str = _f(
+        "ddp",
+        "data-parallel learners under torchrun (WORLD_SIZE > 1): ddp (replicated weights and "
+        "optimizer, summed gradients) or fsdp (FSDP2: weights, gradients and AdamW state "
+        "sharded over the ranks; a full copy of the weights is kept for generation)",
+        choices=["ddp", "fsdp"],
+    )
     backend: str = _f(
         "auto",
         "torch.distributed backend of data-parallel learners under torchrun: auto = nccl on "

@@ -1,12 +1,14 @@
 """`torchrun --nproc-per-node 2 -m rlvr train` (gloo, CPU) equals one process with the same
 global batch and seed: per-step losses and statistics, and the final weights, within fp32
-rounding, for every loss normalisation (token mean, sequence mean, constant)."""
+rounding, for every loss normalisation (token mean, sequence mean, constant), with replicated
+(DDP) and sharded (FSDP2) learners."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,18 +31,29 @@ BASE = [
     "optimizer.lr=3e-4",
     "optimizer.warmup_steps=0",
 ]
+MODES = {
+    "seq_mean_token_mean+kl": [
+        "algorithm.loss_aggregation=seq_mean_token_mean",
+        "algorithm.kl_coef=0.05",
+    ],
+    "token_mean": ["algorithm.loss_aggregation=token_mean"],
+    "seq_mean_token_sum_norm": [
+        "algorithm.loss_aggregation=seq_mean_token_sum_norm",
+        "algorithm.advantage=dr_grpo",
+    ],
+}
 STATS = ("loss", "grad_norm", "entropy", "kl", "clip_fraction", "advantage_abs_mean")
 
 
-def run(out: Path, overrides: list[str], nproc: int) -> None:
+def run(out: Path, overrides: list[str], nproc: int, *extra: str) -> None:
     launcher = (
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
         if nproc > 1
         else [sys.executable]
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [*launcher, "-m", "rlvr", "train", *BASE, *overrides, "--output-dir", str(out), "--quiet"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    cmd = [*launcher, "-m", "rlvr", "train", *BASE, *overrides, "--output-dir", str(out)]
+    proc = subprocess.run([*cmd, "--quiet", *extra], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -48,33 +61,77 @@ def rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        ["algorithm.loss_aggregation=seq_mean_token_mean", "algorithm.kl_coef=0.05"],
-        ["algorithm.loss_aggregation=token_mean"],
-        ["algorithm.loss_aggregation=seq_mean_token_sum_norm", "algorithm.advantage=dr_grpo"],
-    ],
-    ids=["seq_mean_token_mean+kl", "token_mean", "seq_mean_token_sum_norm"],
-)
-def test_two_gloo_ranks_equal_one_process(tmp_path, overrides):
-    run(tmp_path / "one", overrides, nproc=1)
-    run(tmp_path / "two", overrides, nproc=2)
-    one, two = rows(tmp_path / "one"), rows(tmp_path / "two")
-    assert [r["step"] for r in one] == [r["step"] for r in two] == [1, 2]
-    for a, b in zip(one, two, strict=True):
+def weights(run_dir: Path) -> dict:
+    return load_file(run_dir / "final" / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> dict[str, Path]:
+    """The single-process runs, made once per mode and shared by the strategies."""
+    root = tmp_path_factory.mktemp("one")
+    done: dict[str, Path] = {}
+
+    def get(mode: str) -> Path:
+        if mode not in done:
+            run(root / mode, MODES[mode], nproc=1)
+            done[mode] = root / mode
+        return done[mode]
+
+    return get
+
+
+def assert_same_run(one: Path, two: Path) -> None:
+    a_rows, b_rows = rows(one), rows(two)
+    assert [r["step"] for r in a_rows] == [r["step"] for r in b_rows] == [1, 2]
+    for a, b in zip(a_rows, b_rows, strict=True):
         # keyed sampling: the ranks drew exactly the completions one process draws
         assert a["reward_mean"] == b["reward_mean"]
         assert a["completion_length_mean"] == b["completion_length_mean"]
         for key in STATS:
             if key in a:
                 assert math.isclose(a[key], b[key], rel_tol=1e-4, abs_tol=1e-6), (key, a, b)
-    assert any(abs(r["loss"]) > 1e-6 for r in one)  # the second update of a step moves the ratio
-    w1 = load_file(tmp_path / "one" / "final" / "model.safetensors")
-    w2 = load_file(tmp_path / "two" / "final" / "model.safetensors")
+    assert any(abs(r["loss"]) > 1e-6 for r in a_rows)  # the second update moves the ratio
+    w1, w2 = weights(one), weights(two)
     assert w1.keys() == w2.keys()
     for name in w1:
         assert (w1[name] - w2[name]).abs().max() < 2e-5, name
-    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("mode", "strategy"),
+    [
+        ("seq_mean_token_mean+kl", "ddp"),
+        ("token_mean", "ddp"),
+        ("seq_mean_token_sum_norm", "ddp"),
+        ("token_mean", "fsdp"),
+    ],
+)
+def test_two_gloo_ranks_equal_one_process(tmp_path, one_process, mode, strategy):
+    two = tmp_path / "two"
+    run(two, [*MODES[mode], f"distributed.strategy={strategy}"], nproc=2)
+    assert_same_run(one_process(mode), two)
+    summary = json.loads((two / "summary.json").read_text())
     assert summary["world_size"] == 2
-    assert not (tmp_path / "one" / "summary.json").read_text().count("world_size")
+    assert "world_size" not in json.loads((one_process(mode) / "summary.json").read_text())
+
+
+def test_fsdp_checkpoint_resumes_to_the_same_weights(tmp_path):
+    """FSDP gathers the sharded weights and AdamW state into the checkpoint; resuming from step
+    1 (sharding them again) ends where the uninterrupted run ended."""
+    opts = [*MODES["token_mean"], "distributed.strategy=fsdp", "checkpoint.every=1"]
+    full = tmp_path / "full"
+    run(full, opts, 2)
+    cut = tmp_path / "cut"
+    shutil.copytree(full, cut)
+    shutil.rmtree(cut / "checkpoints" / "step-2")
+    shutil.rmtree(cut / "final")
+    run(cut, opts, 2, "--resume")
+    for a, b in zip(rows(full), rows(cut), strict=True):
+        for key, value in a.items():
+            if key.startswith(("time_", "tokens_per_s", "step_time", "memory_")):
+                continue  # wall-clock and memory figures differ between any two runs
+            same = value == b[key] or (value != value and b[key] != b[key])  # NaN == NaN
+            assert same or math.isclose(value, b[key], rel_tol=1e-5), (key, a, b)
+    w1, w2 = weights(full), weights(cut)
+    for name in w1:
+        assert (w1[name] - w2[name]).abs().max() < 1e-6, name

@@ -222,8 +222,20 @@ class GRPOTrainer:
                 "rollout thread would interleave collectives); use 0, or the Ray mode"
             )
         self.rollout_model = self.model
-        if self.off_policy:
+        self.fsdp_root = None
+        self.fsdp = self.world.distributed and cfg.distributed.strategy == "fsdp"
+        if self.fsdp and is_lora(self.model):
+            raise ConfigError(
+                "distributed.strategy=fsdp: LoRA adapters are small enough to replicate; use "
+                "distributed.strategy=ddp with model.lora_rank"
+            )
+        if self.off_policy or self.fsdp:
+            # FSDP shards the policy; generation needs whole weights: a replica, synced per step
             self.rollout_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        if self.fsdp:
+            from rlvr.distributed.fsdp import shard_policy
+
+            self.fsdp_root = shard_policy(self.model)
         self.engine = build_engine(
             cfg.rollout.engine,
             self.rollout_model,
@@ -237,7 +249,7 @@ class GRPOTrainer:
                 self.tokenizer,
                 max_batch_size=cfg.rollout.max_batch_size,
             )
-            if self.off_policy
+            if self.off_policy  # with FSDP the replica is synced before every evaluation
             else self.engine
         )
         self.sampling = SamplingParams(
@@ -417,10 +429,11 @@ class GRPOTrainer:
             return
         prompts, completions = tokens.unpadded()
         ids = torch.cat([prompts[0], completions[0]])[None]
-        was_training = self.model.training
-        self.model.eval()  # no dropout: the two forwards must see the same network
-        error = check_output_head(self.model, ids)
-        self.model.train(was_training)
+        model = self.rollout_model if self.fsdp else self.model  # FSDP: the whole-weight replica
+        was_training = model.training
+        model.eval()  # no dropout: the two forwards must see the same network
+        error = check_output_head(model, ids)
+        model.train(was_training)
         if error > 1e-3:
             raise ConfigError(
                 "training.token_budget: this model's logits are not its output head applied to "
@@ -438,6 +451,26 @@ class GRPOTrainer:
         entropy_grad: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[R, width] completion log-probs (and entropies) of one micro-batch's rows."""
+        if self.fsdp_root is not None and model is self.model:
+            # inside the FSDP root's forward, so its parameters are gathered around the call
+            return self.fsdp_root(
+                self._unit_logprobs_of,
+                unit,
+                with_entropy=with_entropy,
+                entropy_grad=entropy_grad,
+            )
+        return self._unit_logprobs_of(
+            model, unit, with_entropy=with_entropy, entropy_grad=entropy_grad
+        )
+
+    def _unit_logprobs_of(
+        self,
+        model: Any,
+        unit: TokenBatch | PackedRows,
+        *,
+        with_entropy: bool = False,
+        entropy_grad: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if isinstance(unit, PackedRows):
             return packed_completion_logprobs(
                 model,
@@ -460,10 +493,19 @@ class GRPOTrainer:
         """[N, T] completion log-probs of every row; each rank computes its share of the rows
         and the others' shares arrive by a sum over ranks (they are zero elsewhere)."""
         out = torch.zeros(tokens.completion_mask.shape)
-        for rows, unit in self._micro_batches(tokens, self.world.rows(torch.arange(len(tokens)))):
+        units = self._micro_batches(tokens, self.world.rows(torch.arange(len(tokens))))
+        for rows, unit in units:
             lp, _ = self._unit_logprobs(model, unit)
             out[rows, : lp.shape[1]] = lp.float().cpu()
+        if self.fsdp_root is not None and model is self.model:
+            for _ in range(self._missing_passes(len(units))):  # FSDP: same passes on every rank
+                self._unit_logprobs(model, self._micro_batches(tokens, torch.arange(1))[0][1])
         return self.world.all_reduce(out)
+
+    def _missing_passes(self, mine: int) -> int:
+        """How many fewer forward passes this rank has than the busiest rank."""
+        most = int(self.world.all_reduce(torch.tensor(mine), "max"))
+        return most - mine
 
     def _reference_logprobs(self, tokens: TokenBatch) -> torch.Tensor:
         if self.ref_model is not None:
@@ -516,9 +558,20 @@ class GRPOTrainer:
     def _save_checkpoint(
         self, history: list[dict], eval_before: Any, pending: ScoredRollouts | None = None
     ) -> None:
+        """Rank 0 writes the checkpoint; under FSDP every rank calls this (the unsharded states
+        are gathered collectively) and the whole-weight replica is what gets saved."""
+        model, optimizer_state = self.model, None
+        if self.fsdp:
+            from rlvr.distributed.fsdp import full_optimizer_state
+
+            self._sync_rollout_weights()
+            model = self.rollout_model
+            optimizer_state = full_optimizer_state(self.model, self.optimizer)
+        if not self.main:
+            return
         state = {
             "pending": pending,  # off-policy: the next step's batch, already generated
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer_state or self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng_state(*self._rngs()),
             "task": self.task.state_dict() if hasattr(self.task, "state_dict") else None,
@@ -528,7 +581,7 @@ class GRPOTrainer:
         save_checkpoint(
             self.run_dir,
             self.step,
-            self.model,
+            model,
             self.tokenizer,
             state,
             self.cfg.checkpoint.keep_last,
@@ -543,8 +596,13 @@ class GRPOTrainer:
         if path is None:
             return None
         state = load_checkpoint_state(path)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.fsdp:
+            from rlvr.distributed.fsdp import load_full_state
+
+            load_full_state(self.model, self.optimizer, state["model"], state["optimizer"])
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         restore_rng_state(state["rng"], *self._rngs())
         if state.get("task") is not None and hasattr(self.task, "load_state_dict"):
@@ -556,10 +614,18 @@ class GRPOTrainer:
         return state
 
     def _sync_rollout_weights(self) -> None:
-        """Off-policy: the rollout snapshot takes the learner's current weights."""
-        if self.rollout_model is not self.model:
-            with torch.no_grad():
-                self.rollout_model.load_state_dict(self.model.state_dict())
+        """The rollout replica (off-policy snapshot, FSDP's whole-weight copy) takes the
+        learner's current weights; under FSDP a collective every rank makes."""
+        if self.rollout_model is self.model:
+            return
+        if self.fsdp:
+            from rlvr.distributed.fsdp import full_model_state
+
+            state = full_model_state(self.model)
+        else:
+            state = self.model.state_dict()
+        with torch.no_grad():
+            self.rollout_model.load_state_dict(state)
 
     def _collect_stale(self, step: int) -> ScoredRollouts:
         scored = self.collect(step)
@@ -614,7 +680,8 @@ class GRPOTrainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_loss = 0.0
                 # this rank's share; the normalisers above count the whole mini-batch
-                for rows, unit in self._micro_batches(tokens, self.world.rows(mb_rows)):
+                units = self._micro_batches(tokens, self.world.rows(mb_rows))
+                for rows, unit in units:
                     total, real = _token_counts(unit)
                     forward_tokens += total
                     padding_tokens += total - real
@@ -664,7 +731,8 @@ class GRPOTrainer:
                         )
                     if alg.entropy_coef > 0:
                         loss = loss - alg.entropy_coef * aggregate_loss(ent, m, **agg)
-                    loss.backward()
+                    # FSDP averages gradients over ranks: scaled, the mean is the sum
+                    (loss * self.world.size if self.fsdp else loss).backward()
                     w = float(m.sum())
                     token_weight += w
                     pstats["entropy"] = masked_mean(ent.detach(), m)
@@ -676,12 +744,20 @@ class GRPOTrainer:
                             ratio_max = max(ratio_max, float(v))
                         else:
                             totals[k] = totals.get(k, 0.0) + float(v) * w
-                self.world.all_reduce_grads(self.model.parameters())
+                if self.fsdp:  # FSDP reduce-scatters in backward: every rank makes as many passes
+                    for _ in range(self._missing_passes(len(units))):
+                        dummy = self._micro_batches(tokens, torch.arange(1))[0][1]
+                        lp, _ = self._unit_logprobs(self.model, dummy)
+                        (lp.sum() * 0.0).backward()
+                else:
+                    self.world.all_reduce_grads(self.model.parameters())
                 mb_loss = float(self.world.all_reduce(torch.tensor(mb_loss, dtype=torch.float64)))
                 max_norm = (
                     cfg.optimizer.max_grad_norm if cfg.optimizer.max_grad_norm > 0 else math.inf
                 )
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
+                    grad_norm = grad_norm.full_tensor()
                 if not (math.isfinite(float(grad_norm)) and math.isfinite(mb_loss)):
                     # A NaN/inf loss or gradient: skip this update, keep the weights; the
                     # schedule still advances so it stays a function of the step.
@@ -880,8 +956,11 @@ class GRPOTrainer:
                     self.write_samples(scored, advantages)
                 last = self.step == cfg.training.steps
                 periodic = cfg.eval.every and self.step % cfg.eval.every == 0
-                if periodic and self.heldout and not (last and cfg.eval.after) and main:
-                    metrics.update({f"eval_{k}": v for k, v in self.run_eval().items()})
+                if periodic and self.heldout and not (last and cfg.eval.after):
+                    if self.fsdp:
+                        self._sync_rollout_weights()  # the evaluated replica is current
+                    if main:
+                        metrics.update({f"eval_{k}": v for k, v in self.run_eval().items()})
                 metrics["step_time_s"] = time.perf_counter() - t_step
                 metrics.update(memory_metrics(self.device))
                 history.append(metrics)
@@ -904,9 +983,11 @@ class GRPOTrainer:
                 every = cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0
                 minutes = cfg.checkpoint.every_minutes
                 due = minutes and time.monotonic() - last_save >= 60 * minutes
-                # every rank stops after the same step when any of them was signalled
+                # every rank stops after the same step when any of them was signalled, and
+                # saves when any of them is due (rank 0's clock decides in effect)
                 signum = int(self.world.all_reduce(torch.tensor(stop.signum or 0), "max"))
-                if (every or due or signum) and main:  # replicas are identical: rank 0 saves
+                save = bool(self.world.all_reduce(torch.tensor(int(bool(every or due))), "max"))
+                if save or signum:  # replicas are identical: rank 0 writes
                     next_batch = pending.result() if pending is not None else None
                     self._save_checkpoint(history, summary.get("eval_before"), next_batch)
                     last_save = time.monotonic()
@@ -915,6 +996,8 @@ class GRPOTrainer:
                     self.world.barrier()  # the checkpoint is complete before any rank exits
                     raise TrainingInterrupted(signum, self.step, self.run_dir)
             progress.close()
+            if self.fsdp:
+                self._sync_rollout_weights()  # evaluated and saved: the final weights
             if cfg.eval.after and self.heldout and main:
                 summary["eval_after"] = self.run_eval()
                 sinks.log(
@@ -922,7 +1005,8 @@ class GRPOTrainer:
                 )
                 self.log(_eval_line("after", summary["eval_after"]))
             if cfg.checkpoint.save_final and main:
-                save_model(self.model, self.tokenizer, self.run_dir / "final")
+                final = self.rollout_model if self.fsdp else self.model
+                save_model(final, self.tokenizer, self.run_dir / "final")
             self.world.barrier()  # no rank leaves before rank 0 has written the final model
         finally:
             if executor is not None:
