@@ -139,11 +139,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UserError(error)
     resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
 
-    from rlvr.training.grpo import GRPOTrainer
+    from rlvr.distributed.ray_mode import make_trainer
 
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     resume = args.resume is not None
-    trainer = GRPOTrainer(
+    # GRPOTrainer, or with distributed.ray=true the Ray driver around it
+    trainer = make_trainer(
         cfg, run_dir, progress=not args.quiet, log=log, resume=resume, world=world
     )
     # Created only once the model has loaded: a failed start leaves nothing behind.
