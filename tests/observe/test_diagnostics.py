@@ -81,3 +81,15 @@ def test_clip_fraction_persistently_high():
     for row in h[-5:]:
         row["clip_fraction"] = 0.4
     assert "clip_fraction_high" in _names(h)
+
+
+def test_off_policy_drift_needs_five_steps_of_clipped_importance_weights():
+    h = _healthy()
+    for row in h:
+        row["tis_clip_fraction"] = 0.001
+    assert "off_policy_drift" not in _names(h)
+    for row in h[-4:]:
+        row["tis_clip_fraction"] = 0.2
+    assert "off_policy_drift" not in _names(h)  # four steps: not yet
+    h[-5]["tis_clip_fraction"] = 0.2
+    assert "off_policy_drift" in _names(h)

@@ -175,6 +175,25 @@ def clip_fraction_high(
     return None
 
 
+def off_policy_drift(
+    history: Sequence[Row], clip_threshold: float = 0.05, window: int = 5
+) -> Diagnostic | None:
+    """With off-policy rollouts: more than `clip_threshold` of the tokens had an importance
+    ratio above algorithm.tis_cap for `window` steps in a row — the policy moves too far in one
+    update for a one-step-stale sampler, and the capped weights bias the gradient."""
+    c = _series(history, "tis_clip_fraction")
+    if len(c) >= window and all(v > clip_threshold for v in c[-window:]):
+        return Diagnostic(
+            "off_policy_drift",
+            history[-1]["step"],
+            "tis_clip_fraction",
+            c[-1],
+            "the stale sampler's policy is far from the learner's; lower optimizer.lr, or "
+            "set rollout.off_policy_steps=0",
+        )
+    return None
+
+
 CHECKS = (
     non_finite_loss,
     entropy_collapse,
@@ -182,6 +201,7 @@ CHECKS = (
     length_inflation,
     reward_hacking,
     clip_fraction_high,
+    off_policy_drift,
 )
 
 
