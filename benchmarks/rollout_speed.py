@@ -103,6 +103,12 @@ def main() -> None:
         prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
         engines = {
             "fast": FastEngine(model, tokenizer, max_batch_size=batch_size, compile=args.compile),
+            "fast-packed": FastEngine(
+                model, tokenizer, max_batch_size=batch_size, pack_weights=True
+            ),
+            "fast-unpacked": FastEngine(
+                model, tokenizer, max_batch_size=batch_size, pack_weights=False
+            ),
             "hf": HFEngine(model, tokenizer, max_batch_size=batch_size),
         }
         eos_ids = set(engines["hf"].eos_token_ids)

@@ -405,3 +405,53 @@ def test_engines_are_built_by_their_config_name(tiny_llama, char_tokenizer):
     assert isinstance(build_engine("hf", tiny_llama, char_tokenizer), HFEngine)
     with pytest.raises(ConfigError, match=r"rollout.engine: unknown engine 'vllm'.*'fast'"):
         build_engine("vllm", tiny_llama, char_tokenizer)
+
+
+# -- oneDNN-packed weights -------------------------------------------------------------------
+
+
+def test_packed_weights_give_the_same_greedy_rollouts_and_exact_sampled_logprobs(
+    tiny_llama, char_tokenizer, prompts
+):
+    """pack_weights=True (on by default only for hidden >= 512) runs every projection and the
+    output head through oneDNN's packed layout: greedy rows equal HFEngine's, and sampled
+    log-probs equal the processed distribution of a full forward pass."""
+    from rlvr.rollout.llama_decoder import can_pack
+
+    engine = FastEngine(tiny_llama, char_tokenizer, max_batch_size=3, pack_weights=True)
+    if not can_pack(next(tiny_llama.parameters())):
+        pytest.skip("this torch build has no oneDNN")
+    assert engine._decoder.pack_weights
+    reference = HFEngine(tiny_llama, char_tokenizer).generate(prompts, 2, GREEDY)
+    assert_same_rollouts(engine.generate(prompts, 2, GREEDY), reference)
+    sampling = SamplingParams(temperature=0.9, top_k=7, max_new_tokens=10)
+    batch = engine.generate(prompts, 2, sampling, torch.Generator().manual_seed(4))
+    for row, completion in enumerate(batch.completion_ids):
+        expected = processed_logprobs(
+            tiny_llama, prompts[batch.prompt_index[row]], completion, sampling
+        )
+        torch.testing.assert_close(batch.logprobs[row], expected, atol=1e-4, rtol=0)
+    # the packed copies live only during a call
+    assert engine._decoder._plans is None and engine._decoder._head is None
+
+
+def test_weights_are_packed_by_default_only_for_wide_models(char_tokenizer):
+    from rlvr.rollout.fast_engine import PACK_MIN_HIDDEN
+
+    narrow = build_config_model(hidden=64)
+    wide = build_config_model(hidden=PACK_MIN_HIDDEN)
+    assert not FastEngine(narrow, char_tokenizer)._decoder.pack_weights
+    assert FastEngine(wide, char_tokenizer)._decoder.pack_weights
+
+
+def build_config_model(hidden: int) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+    )
+    return LlamaForCausalLM(config).eval()

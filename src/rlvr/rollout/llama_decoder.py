@@ -146,12 +146,45 @@ def _residual_weight(linear: torch.nn.Module) -> torch.Tensor | None:
     return None
 
 
+def can_pack(weight: torch.Tensor) -> bool:
+    """Whether oneDNN can hold `weight` pre-packed: fp32 on a CPU build with mkldnn."""
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    )
+
+
+def _pack(weight: torch.Tensor) -> torch.Tensor:
+    """A copy of `weight` [N, K] in oneDNN's blocked layout for skinny inputs (decode rows):
+    on a 2-core CPU the 30 layers of a 135M model ran their decode matmuls in 25 ms packed
+    against 62 ms through F.linear (docs/rollout.md)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACK_ROWS)
+
+
+_PACK_ROWS = 8  # the batch size oneDNN tunes the layout for; any row count is exact
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: bool):
+    if packed:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
 def _add_projection(
-    h: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, module: torch.nn.Module
+    h: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    module: torch.nn.Module,
+    packed: bool = False,
 ) -> torch.Tensor:
-    """h + module(x); one addmm over the flattened rows when the weight is known."""
+    """h + module(x); one addmm (or one packed oneDNN matmul with the add fused) over the
+    flattened rows when the weight is known."""
     if weight is None or h.dtype != torch.float32:  # half precision: round like HF
         return h + module(x)
+    if packed:
+        return torch.ops.mkldnn._linear_pointwise.binary(x, h, weight, None, "add")
     out = torch.addmm(h.reshape(-1, h.shape[-1]), x.reshape(-1, x.shape[-1]), weight.t())
     return out.view(h.shape)
 
@@ -168,7 +201,7 @@ class _LayerPlan:
     trainer are seen by the next call. Wrapped projections (LoRA) are called as modules.
     """
 
-    def __init__(self, layer: torch.nn.Module, fuse: bool) -> None:
+    def __init__(self, layer: torch.nn.Module, fuse: bool, pack: bool = False) -> None:
         attention, mlp = layer.self_attn, layer.mlp
         self.layer = layer
         self.qkv_weight = self.qkv_bias = self.gate_up_weight = None
@@ -197,6 +230,16 @@ class _LayerPlan:
         self.down_weight = _residual_weight(mlp.down_proj) if fuse else None
         silu = fuse and type(mlp.act_fn).__name__ in ("SiLUActivation", "SiLU")
         self.act_fn = F.silu if silu else mlp.act_fn
+        # With `pack`, every fused or plain weight above is replaced by a oneDNN-packed copy.
+        self.packed = pack and self.qkv_weight is not None and can_pack(self.qkv_weight)
+        if self.packed:
+            self.qkv_weight = _pack(self.qkv_weight)
+            if self.gate_up_weight is not None:
+                self.gate_up_weight = _pack(self.gate_up_weight)
+            if self.o_weight is not None:
+                self.o_weight = _pack(self.o_weight)
+            if self.down_weight is not None:
+                self.down_weight = _pack(self.down_weight)
 
     def qkv(self, h: torch.Tensor) -> torch.Tensor:
         """[B, T, (Hq + 2 Hkv) D]: queries, keys and values of the normed h, side by side."""
@@ -210,7 +253,7 @@ class _LayerPlan:
             x = _unit_norm(h, self.qkv_floor)
         else:
             x = _rms_norm(norm, h)
-        return F.linear(x, self.qkv_weight, self.qkv_bias)
+        return _linear(x, self.qkv_weight, self.qkv_bias, self.packed)
 
     def mlp(self, h: torch.Tensor) -> torch.Tensor:
         """The gated MLP's inner activations act(gate(x)) * up(x) of the normed h."""
@@ -223,16 +266,18 @@ class _LayerPlan:
                 x = _unit_norm(h, self.gate_up_floor)
             else:
                 x = _rms_norm(norm, h)
-            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+            gate, up = _linear(x, self.gate_up_weight, None, self.packed).chunk(2, dim=-1)
         return self.act_fn(gate) * up
 
     def attention_residual(self, h: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """h + o_proj(attended), attended [B, T, Hq D]."""
-        return _add_projection(h, attended, self.o_weight, self.layer.self_attn.o_proj)
+        return _add_projection(h, attended, self.o_weight, self.layer.self_attn.o_proj, self.packed)
 
     def mlp_residual(self, h: torch.Tensor) -> torch.Tensor:
         """h + down_proj(act(gate(x)) * up(x)) with x the normed h."""
-        return _add_projection(h, self.mlp(h), self.down_weight, self.layer.mlp.down_proj)
+        return _add_projection(
+            h, self.mlp(h), self.down_weight, self.layer.mlp.down_proj, self.packed
+        )
 
 
 class LlamaFamilyDecoder:
@@ -243,13 +288,17 @@ class LlamaFamilyDecoder:
     `release()` after it.
     """
 
-    def __init__(self, model: torch.nn.Module, fuse_projections: bool = True) -> None:
+    def __init__(
+        self, model: torch.nn.Module, fuse_projections: bool = True, pack_weights: bool = False
+    ) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"LlamaFamilyDecoder: {reason}")
         self.model = model
         self.decoder = model.model
         self.fuse_projections = fuse_projections
+        self.pack_weights = pack_weights and fuse_projections
+        self._head: torch.Tensor | None = None  # packed output head during a call
         config = model.config
         self.num_layers = len(self.decoder.layers)
         self.num_heads = config.num_attention_heads
@@ -260,10 +309,17 @@ class LlamaFamilyDecoder:
         self._plans: list[_LayerPlan] | None = None
 
     def prepare(self) -> None:
-        self._plans = [_LayerPlan(layer, self.fuse_projections) for layer in self.decoder.layers]
+        self._plans = [
+            _LayerPlan(layer, self.fuse_projections, self.pack_weights)
+            for layer in self.decoder.layers
+        ]
+        head = self.model.lm_head
+        packable = self.pack_weights and _is_plain_linear(head) and head.bias is None
+        self._head = _pack(head.weight) if packable and can_pack(head.weight) else None
 
     def release(self) -> None:
         self._plans = None
+        self._head = None
 
     def rope_table(self, length: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and signed sin (see `_apply_rope`) [length, D] for positions 0..length-1, from the
@@ -305,7 +361,10 @@ class LlamaFamilyDecoder:
 
     def _logits(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits [B, V] (float32) of last-position hidden states [B, H]."""
-        return self.model.lm_head(_rms_norm(self.decoder.norm, last_hidden)).float()
+        normed = _rms_norm(self.decoder.norm, last_hidden)
+        if self._head is not None:
+            return _linear(normed, self._head, None, True).float()
+        return self.model.lm_head(normed).float()
 
     def _layer_plans(self) -> list[_LayerPlan]:
         if self._plans is None:
