@@ -14,13 +14,14 @@ import dataclasses
 import html
 import inspect
 import re
-import types
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
+
+from rlvr.config import type_name
 
 CONFIG_PAGE = "reference/config.md"
 CLI_PAGE = "reference/cli.md"
@@ -106,19 +107,6 @@ def walk(cls: type, prefix: str = "") -> Iterator[Key]:
             yield from walk(hint, f"{prefix}{f.name}.")
         else:
             yield Key(prefix + f.name, type_name(hint), getattr(instance, f.name), f.metadata)
-
-
-def type_name(hint: Any) -> str:
-    """'int', 'str or null', 'list of str'."""
-    if hint is type(None):
-        return "null"
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(type_name(a) for a in typing.get_args(hint))
-    if origin is not None:
-        args = ", ".join(type_name(a) for a in typing.get_args(hint))
-        return f"{origin.__name__} of {args}"
-    return getattr(hint, "__name__", str(hint))
 
 
 def yaml_value(value: Any) -> str:

@@ -391,14 +391,16 @@ def _suggest(key: str, candidates: list[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def _type_name(hint: Any) -> str:
+def type_name(hint: Any) -> str:
+    """A type hint in words, as errors and the config reference show it: 'int', 'str or null',
+    'list of str'."""
     if hint is type(None):
         return "null"
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(hint))
-    if origin is list:
-        return f"list of {_type_name(typing.get_args(hint)[0])}"
+        return " or ".join(type_name(a) for a in typing.get_args(hint))
+    if origin is not None:
+        return f"{origin.__name__} of {', '.join(type_name(a) for a in typing.get_args(hint))}"
     return getattr(hint, "__name__", str(hint))
 
 
@@ -416,12 +418,12 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
                 return _coerce(key, value, arg)
             except ConfigError:
                 pass
-        raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+        raise ConfigError(f"{key}: expected {type_name(hint)}, got {value!r}")
     if origin is list:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+            raise ConfigError(f"{key}: expected {type_name(hint)}, got {value!r}")
         (item,) = typing.get_args(hint)
         return [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
     if hint is bool:
@@ -436,7 +438,7 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
                 return float(value)
             except OverflowError:
                 raise ConfigError(
-                    f"{key}: expected {_type_name(hint)}, got an integer out of float range"
+                    f"{key}: expected {type_name(hint)}, got an integer out of float range"
                 ) from None
         if isinstance(value, str):  # YAML 1.1 reads '3e-4' (no dot) as a string
             try:
@@ -450,7 +452,7 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
             return str(value)
     else:
         raise TypeError(f"unsupported config type {hint!r} for {key}")
-    raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+    raise ConfigError(f"{key}: expected {type_name(hint)}, got {value!r}")
 
 
 def _check_constraints(key: str, value: Any, meta: typing.Mapping[str, Any]) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.rollout.hf_engine import FINISH_REASONS, HFEngine, _default_eos_ids, _default_pad_id
+from rlvr.rollout.hf_engine import FINISH_REASONS, HFEngine
 from rlvr.rollout.kv_cache import SlotKVCache
 from rlvr.rollout.llama_decoder import LlamaFamilyDecoder, sliding_window, unsupported_reason
 from rlvr.rollout.sampling import check_sampling_params, row_keys, sample_next, sampling_seed
@@ -83,18 +83,17 @@ class FastEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
-        self.eos_token_ids = (
-            list(eos_token_ids) if eos_token_ids is not None else _default_eos_ids(model, tokenizer)
-        )
-        self.pad_token_id = _default_pad_id(tokenizer, self.eos_token_ids, pad_token_id)
         self.compile = compile
+        # the reference engine serves unsupported calls and resolves the EOS and pad ids
         self._hf = HFEngine(
             model,
             tokenizer,
             max_batch_size=max_batch_size,
-            eos_token_ids=self.eos_token_ids,
-            pad_token_id=self.pad_token_id,
+            eos_token_ids=eos_token_ids,
+            pad_token_id=pad_token_id,
         )
+        self.eos_token_ids = self._hf.eos_token_ids
+        self.pad_token_id = self._hf.pad_token_id
         # A peft (LoRA) wrapper: run the wrapped model's modules, adapters included.
         inner = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.fallback_reason = unsupported_reason(inner)

@@ -443,25 +443,13 @@ class GRPOTrainer:
         self._packed_head_checked = True
 
     def _unit_logprobs(
-        self,
-        model: Any,
-        unit: TokenBatch | PackedRows,
-        *,
-        with_entropy: bool = False,
-        entropy_grad: bool = False,
+        self, model: Any, unit: TokenBatch | PackedRows, **options: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[R, width] completion log-probs (and entropies) of one micro-batch's rows."""
+        """`_unit_logprobs_of`; for the sharded policy inside the FSDP root's forward, so its
+        parameters are gathered around the call."""
         if self.fsdp_root is not None and model is self.model:
-            # inside the FSDP root's forward, so its parameters are gathered around the call
-            return self.fsdp_root(
-                self._unit_logprobs_of,
-                unit,
-                with_entropy=with_entropy,
-                entropy_grad=entropy_grad,
-            )
-        return self._unit_logprobs_of(
-            model, unit, with_entropy=with_entropy, entropy_grad=entropy_grad
-        )
+            return self.fsdp_root(self._unit_logprobs_of, unit, **options)
+        return self._unit_logprobs_of(model, unit, **options)
 
     def _unit_logprobs_of(
         self,
@@ -471,6 +459,7 @@ class GRPOTrainer:
         with_entropy: bool = False,
         entropy_grad: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[R, width] completion log-probs (and entropies) of one micro-batch's rows."""
         if isinstance(unit, PackedRows):
             return packed_completion_logprobs(
                 model,
