@@ -431,8 +431,9 @@ def test_packed_weights_give_the_same_greedy_rollouts_and_exact_sampled_logprobs
             tiny_llama, prompts[batch.prompt_index[row]], completion, sampling
         )
         torch.testing.assert_close(batch.logprobs[row], expected, atol=1e-4, rtol=0)
-    # the packed copies live only during a call
+    # between calls the packed copies are kept for the next call, not in use
     assert engine._decoder._plans is None and engine._decoder._head is None
+    assert engine._decoder._kept_head is not None
 
 
 def test_weights_are_packed_by_default_only_for_wide_models(char_tokenizer):

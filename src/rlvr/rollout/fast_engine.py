@@ -56,10 +56,12 @@ class FastEngine:
         rounded up to a power of two, capped at max_batch_size, and never narrows). Off by
         default: its compile time is not repaid by a typical run on a CPU (docs/rollout.md).
     compile_backend: the `torch.compile` backend ("inductor"; "eager" only traces).
-    fuse_projections: during a call, multiply by fused q/k/v and gate/up copies of the plain
-        linear weights (made when the call starts; more memory, fewer ops per step).
+    fuse_projections: multiply by fused q/k/v and gate/up copies of the plain linear weights
+        (more memory, fewer ops per step), kept between calls and rebuilt per layer when a
+        weight they were made from changed (`llama_decoder._Stamp`; `release_cache()` frees
+        them).
     pack_weights: hold those copies (and o/down projections and the output head) in oneDNN's
-        pre-packed layout for the call (fp32 on CPU only). None = auto: on when the model's
+        pre-packed layout (fp32 on CPU only). None = auto: on when the model's
         hidden size is at least PACK_MIN_HIDDEN, where it measured faster (docs/rollout.md).
     Unsupported architectures (see `llama_decoder.unsupported_reason`) are served by an
     internal `HFEngine`; `fallback_reason` says why, and is None when the fast path is used.
@@ -121,8 +123,18 @@ class FastEngine:
         self._hf.load_weights(state_dict)
 
     def release_cache(self) -> None:
-        """Free the K/V buffers kept between calls (the next call allocates them again)."""
+        """Free what is kept between calls: the K/V buffers and the fused/packed weight copies
+        (the next call makes them again). Also the way to force fresh copies after writing
+        weights behind their version counters, through `.data` (see `llama_decoder._Stamp`)."""
         self._cache = None
+        self.release_weights()
+
+    def release_weights(self) -> None:
+        """Free the kept fused/packed weight copies only (the K/V buffers stay). The GRPO
+        trainer calls this after each rollout: its update changes every weight, so the copies
+        could not serve the next rollout and would only add to the update's peak memory."""
+        if self._decoder is not None:
+            self._decoder.release(weights=True)
 
     def generate(
         self,
@@ -377,9 +389,11 @@ class _Rollout:
             finished_slots = finished.nonzero().flatten().tolist() if finished.any() else []
             if len(finished_slots) < self.busy:  # some row goes on: feed the sampled tokens
                 length = self.cache.max_len if engine.compile else self.cache_len
-                self.logits[:width] = engine._decode(
-                    tokens, self.positions[:width], self.cache, length
-                )
+                logits = engine._decode(tokens, self.positions[:width], self.cache, length)
+                if width == self.slots:  # adopt the new tensor: no [W, V] copy per step
+                    self.logits = logits
+                else:
+                    self.logits[:width] = logits
                 self.positions[:width] += 1
                 self.forwards += 1
                 self.cache_len += 1
