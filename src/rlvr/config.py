@@ -262,6 +262,12 @@ class TrainingConfig:
     logprob_chunk: int = _f(
         1024, "packed update: completion positions projected to the vocabulary at a time", ge=1
     )
+    share_prompts: bool = _f(
+        True,
+        "packed update: the completions of one prompt attend to a single copy of it, so the "
+        "prompt's tokens run once per unit instead of once per row (exact); "
+        "docs/training-speed.md",
+    )
 
 
 @dataclass

@@ -10,10 +10,14 @@ from rlvr.rollout import RolloutBatch
 from rlvr.training.grpo import GRPOTrainer, ScoredRollouts
 from rlvr.training.logprobs import chunked_token_logprobs, completion_logprobs, make_token_batch
 from rlvr.training.packing import (
+    attention_pair_cost,
+    block_causal_mask,
+    pack_groups_to_budget,
     pack_rows,
     pack_to_budget,
     packed_completion_logprobs,
     packed_micro_batches,
+    prompt_groups,
 )
 
 # -- packing ----------------------------------------------------------------------------------
@@ -68,6 +72,106 @@ def test_packed_rows_restart_positions_and_point_each_prediction_at_its_target()
         pack_rows(
             [torch.tensor([1]), torch.tensor([], dtype=torch.long)], completions[:2], [[0, 1]]
         )
+
+
+def test_a_shared_prompt_unit_lays_out_one_prompt_copy_and_each_completion_after_it():
+    prompts = [torch.tensor([5, 6, 7]), torch.tensor([5, 6, 7]), torch.tensor([9])]
+    completions = [torch.tensor([11, 12]), torch.tensor([13, 14, 15]), torch.tensor([16])]
+    p = pack_rows(prompts, completions, [[(0, 1), 2]], pad_id=0)
+    assert p.input_ids.tolist() == [[5, 6, 7, 11, 12, 13, 14, 15, 9, 16]]
+    # completions continue the prompt's positions: each sees what it sees on its own row
+    assert p.position_ids.tolist() == [[0, 1, 2, 3, 4, 3, 4, 5, 0, 1]]
+    assert p.segment_ids.tolist() == [[0, 0, 0, 1, 1, 2, 2, 2, 3, 3]]
+    assert p.parent_ids.tolist() == [[0, 0, 0, 0, 0, 0, 0, 0, 3, 3]]
+    # the prompt's last position predicts the first token of both completions
+    assert p.predict_pos.tolist() == [2, 3, 2, 5, 6, 8]
+    assert torch.equal(
+        p.input_ids.reshape(-1)[p.predict_pos[[1, 3, 4, 5]] + 1], p.target_ids[[1, 3, 4, 5]]
+    )
+    assert p.target_ids.tolist() == [11, 12, 13, 14, 15, 16]
+    assert p.rows.tolist() == [0, 1, 2] and (p.num_tokens, p.num_real_tokens) == (10, 10)
+    allowed = block_causal_mask(p.segment_ids, torch.float32, p.parent_ids)[0, 0] == 0
+    # row 1's completion (positions 5-7) sees the prompt and itself, not row 0's completion
+    assert allowed[6].nonzero().flatten().tolist() == [0, 1, 2, 5, 6]
+    assert allowed[4].nonzero().flatten().tolist() == [0, 1, 2, 3, 4]
+    assert allowed[9].nonzero().flatten().tolist() == [8, 9]
+    with pytest.raises(ValueError, match="rows 0 and 2 share a unit but not a prompt"):
+        pack_rows(prompts, completions, [[(0, 2)]])
+
+
+def test_prompt_groups_and_group_packing_cover_every_row_once_within_the_caps():
+    prompts = [torch.tensor([1, 2])] * 5 + [torch.tensor([3])] * 3 + [torch.tensor([1, 2])]
+    assert prompt_groups(prompts, range(9)) == [[0, 1, 2, 3, 4, 8], [5, 6, 7]]
+    completion_lengths = [6, 1, 4, 9, 2, 3, 3, 8, 5]
+    prompt_lengths = [p.numel() for p in prompts]
+    groups = prompt_groups(prompts, range(9))
+    for pair_cost, budget, max_rows in ((0.0, 64, 64), (1e-3, 64, 3), (0.5, 64, 64), (0.0, 12, 64)):
+        batches = pack_groups_to_budget(
+            prompt_lengths, completion_lengths, groups, budget, max_rows, pair_cost
+        )
+        units = [u for mb in batches for seq in mb for u in seq]
+        assert sorted(i for u in units for i in u) == list(range(9))
+        for u in units:
+            assert len({tuple(prompts[i].tolist()) for i in u}) == 1 and len(u) <= max_rows
+        for mb in batches:
+            assert sum(len(u) for seq in mb for u in seq) <= max_rows
+    unit_size = lambda b: max(len(u) for mb in b for seq in mb for u in seq)  # noqa: E731
+    # attention free: multi-row units, fewer forward positions than one row each
+    free = pack_groups_to_budget(prompt_lengths, completion_lengths, groups, 64, 64)
+    forward = sum(
+        len(mb)
+        * max(
+            sum(prompt_lengths[u[0]] + sum(completion_lengths[i] for i in u) for u in seq)
+            for seq in mb
+        )
+        for mb in free
+    )
+    assert unit_size(free) >= 3 and forward < sum(prompt_lengths) + sum(completion_lengths)
+    dear = pack_groups_to_budget(prompt_lengths, completion_lengths, groups, 64, 64, 10.0)
+    longest = max(p + c for p, c in zip(prompt_lengths, completion_lengths))
+    assert all(
+        sum(prompt_lengths[u[0]] + sum(completion_lengths[i] for i in u) for u in seq) <= longest
+        for mb in dear
+        for seq in mb
+    )
+    assert attention_pair_cost(object()) == 5e-4
+
+
+def test_shared_prompt_logprobs_entropy_and_gradient_equal_one_row_each(tiny_llama, char_tokenizer):
+    prompts, completions = _ragged(12, len(char_tokenizer), seed=5)
+    prompts = [prompts[(i // 4) * 4] for i in range(12)]  # three groups of four
+    cost = attention_pair_cost(tiny_llama)
+    assert 0 < cost < 1
+    results = []
+    for share in (False, True):
+        packs = packed_micro_batches(
+            prompts,
+            completions,
+            range(12),
+            token_budget=200,
+            max_rows=64,
+            share_prompts=share,
+            pair_cost=0.0,
+        )
+        lp = torch.zeros(12, max(c.numel() for c in completions))
+        ent = torch.zeros_like(lp)
+        for p in packs:
+            lp2, ent2 = packed_completion_logprobs(
+                tiny_llama, p, temperature=0.7, chunk_size=7, with_entropy=True
+            )
+            lp[p.rows, : p.width] = lp2.detach()
+            ent[p.rows, : p.width] = ent2
+            weights = (torch.arange(p.width) + 1.0) / 20  # the same non-uniform loss
+            (lp2 * weights).sum().backward()
+        grads = [q.grad.clone() for q in tiny_llama.parameters()]
+        tiny_llama.zero_grad(set_to_none=True)
+        results.append((lp, ent, grads, sum(p.num_tokens for p in packs)))
+    (lp1, ent1, g1, n1), (lp2, ent2, g2, n2) = results
+    assert n2 < n1 - 2 * 3 * min(p.numel() for p in prompts)  # 3 of 4 prompt copies saved
+    torch.testing.assert_close(lp2, lp1, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent2, ent1, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
 
 
 def _ragged(n: int, vocab: int, seed: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -316,3 +420,15 @@ def test_packing_config_fields_default_on_and_reject_bad_values():
         load_config(None, ["training.token_budget=-1"])
     with pytest.raises(ConfigError, match="training.logprob_chunk: must be >= 1"):
         load_config(None, ["training.logprob_chunk=0"])
+
+
+def test_the_trainer_drops_the_engines_weight_copies_after_each_rollout(tmp_path, tiny_model_dir):
+    trainer = _trainer(tmp_path, tiny_model_dir, "release", "rollout.engine=fast")
+    decoder = trainer.engine._decoder
+    assert decoder is not None  # the tiny Llama runs on the fast path
+    scored = trainer.collect(0)
+    assert len(scored.batch) == 12
+    # the update is about to change every weight: nothing kept to add to its peak memory
+    assert decoder._kept_plans == [] and decoder._kept_head is None
+    trainer.engine.generate([[5, 6]], 1, trainer.sampling)  # outside training they are kept
+    assert decoder._kept_plans and all(p is not None for p in decoder._kept_plans)

@@ -90,7 +90,12 @@ from rlvr.training.logprobs import (
     make_token_batch,
 )
 from rlvr.training.optim import build_optimizer, build_scheduler
-from rlvr.training.packing import PackedRows, packed_completion_logprobs, packed_micro_batches
+from rlvr.training.packing import (
+    PackedRows,
+    attention_pair_cost,
+    packed_completion_logprobs,
+    packed_micro_batches,
+)
 
 
 @dataclass
@@ -268,6 +273,7 @@ class GRPOTrainer:
             self.optimizer, max(1, cfg.training.steps * self.updates_per_step), cfg.optimizer
         )
         self.pad_id = self.tokenizer.pad_token_id
+        self._pair_cost = attention_pair_cost(self.rollout_model)  # whole weights under FSDP
         self.data_report: dict[str, Any] | None = None
         self.consecutive_skips = 0  # optimizer updates skipped in a row for a NaN/inf
         if cfg.data.max_prompt_tokens and cfg.data.task == "dataset":
@@ -419,6 +425,8 @@ class GRPOTrainer:
             token_budget=t.token_budget,
             max_rows=t.micro_batch_size,
             pad_id=self.pad_id,
+            share_prompts=t.share_prompts,
+            pair_cost=self._pair_cost,
         )
         return [(p.rows, p) for p in packs]
 
@@ -522,9 +530,13 @@ class GRPOTrainer:
         while True:
             rng = self.sample_gen.get_state()
             try:
-                return self.engine.generate(
+                batch = self.engine.generate(
                     prompt_ids, g, self.sampling, generator=self.sample_gen, first_row=first_row
                 )
+                release = getattr(self.engine, "release_weights", None)
+                if release is not None:  # the update changes them: no use keeping copies
+                    release()
+                return batch
             except torch.OutOfMemoryError:
                 size = self.engine.max_batch_size
                 if size <= 1:
@@ -777,6 +789,7 @@ class GRPOTrainer:
         stats["ratio_min"], stats["ratio_max"] = ratio_min, ratio_max
         # share of the update's forward tokens that are padding (a few % when packed)
         stats["padding_fraction"] = padding_tokens / max(forward_tokens, 1)
+        stats["update_tokens"] = forward_tokens  # fewer with shared prompts; padding included
         stats["grad_norm"] = sum(grad_norms) / max(1, len(grad_norms))
         stats["skipped_updates"] = skipped
         # With one update per batch the clipped loss is ~0 by construction (ratio = 1, only its

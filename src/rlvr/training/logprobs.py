@@ -7,6 +7,13 @@ logits that predict the C completion columns, without materialising logits for t
 The padding-free path (packing.py) instead takes the decoder's final hidden states, selects the K
 positions that predict completion tokens and projects them to the vocabulary in chunks
 (`chunked_token_logprobs`), so at most one chunk's [chunk, V] logits is alive at a time.
+
+When the output head is a plain bias-free linear layer (float32/float64, no softcapping, no
+hooks), that projection runs as one fused autograd function (`_FusedTokenLogprobs`): its forward
+keeps only each row's logsumexp, and its hand-written backward recomputes a chunk's logits and
+turns them into the gradient with one in-place exp and two matmuls, instead of storing or
+recomputing log_softmax and scattering a [K, V] gather gradient. Other heads, and an entropy
+that must itself be differentiated (an entropy bonus), take the checkpointed autograd path.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from rlvr.algorithms.entropy import entropy_from_logits
@@ -136,19 +144,29 @@ def output_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
     `logit_scale` (z · s), Granite's `logits_scaling` (z / s) and Gemma's
     `final_logit_softcapping` (cap · tanh(z / cap)) when configured. `check_output_head` verifies
     the result against the model's own forward for architectures with other head transforms.
+    A float64 head keeps float64 logits (exact reference computations); any other dtype gives
+    float32.
     """
     logits = model.get_output_embeddings()(hidden)
     config = getattr(model, "config", None)
-    scale = getattr(config, "logit_scale", None)
-    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+    scale = _config_number(config, "logit_scale")
+    if scale is not None:
         logits = logits * scale
-    divisor = getattr(config, "logits_scaling", None)
-    if isinstance(divisor, (int, float)) and not isinstance(divisor, bool) and divisor:
+    divisor = _config_number(config, "logits_scaling")
+    if divisor:
         logits = logits / divisor
     cap = getattr(config, "final_logit_softcapping", None)
     if cap:
         logits = torch.tanh(logits / cap) * cap
-    return logits.float()
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
+def _config_number(config: Any, name: str) -> float | None:
+    """config.<name> when it is a plain number (not a bool, not absent), else None."""
+    value = getattr(config, name, None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 @torch.no_grad()
@@ -176,6 +194,166 @@ def _chunk_logprobs(
     return logprobs, -(log_p.exp() * log_p).sum(-1)  # H = -Σ_v p_v log p_v, nats
 
 
+def _has_hooks(module: torch.nn.Module) -> bool:
+    """Whether anything would run around `module`'s forward besides its own code: hooks on it,
+    global module hooks, or a replaced instance `forward` (accelerate-style wrappers)."""
+    own = (
+        module._forward_hooks,
+        module._forward_pre_hooks,
+        module._backward_hooks,
+        module._backward_pre_hooks,
+    )
+    names = (
+        "_global_forward_hooks",
+        "_global_forward_pre_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    )
+    shared = tuple(getattr(torch.nn.modules.module, name, None) for name in names)
+    return any(own) or any(shared) or "forward" in vars(module)
+
+
+def _fused_head(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, float] | None:
+    """(W [V, H], s) when output_logits(model, h) is exactly s · (h @ Wᵀ), which the fused path
+    computes; None when the head is anything else and the autograd path must run it.
+
+    That needs a plain nn.Linear without bias or hooks (not a peft/quantised/parametrised
+    wrapper), a float32 or float64 weight of the hidden states' dtype and device as a plain
+    tensor (not e.g. an FSDP-sharded DTensor), no autocast, and no final logit softcapping; s
+    folds Cohere's `logit_scale` and Granite's `logits_scaling`.
+    """
+    head = model.get_output_embeddings()
+    if type(head) is not torch.nn.Linear or head.bias is not None or _has_hooks(head):
+        return None
+    weight = head.weight
+    if type(weight) not in (torch.nn.Parameter, torch.Tensor):
+        return None
+    if weight.dtype not in (torch.float32, torch.float64) or hidden.dtype != weight.dtype:
+        return None
+    if weight.device != hidden.device or torch.is_autocast_enabled(hidden.device.type):
+        return None
+    config = getattr(model, "config", None)
+    if getattr(config, "final_logit_softcapping", None):
+        return None
+    scale = _config_number(config, "logit_scale")
+    divisor = _config_number(config, "logits_scaling")
+    scale = 1.0 if scale is None else scale
+    return weight, (scale / divisor if divisor else scale)
+
+
+# Rows of a [chunk, V] block handled together by the fused forward's elementwise passes: about
+# 8 MiB of float32, so a block (and its exp buffer) stays in a server CPU's last-level cache from
+# the max to the entropy's sum, while few enough blocks keep the per-op overhead small.
+_BLOCK_ELEMENTS = 1 << 21
+
+
+def _fused_chunk_forward(
+    scaled_hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(log p(target), logsumexp, entropy or None) of one chunk, [c] each, without autograd.
+
+    With z = (s·h) @ Wᵀ, m = max_v z_v and the shifted logits u = z − m ≤ 0 (so exp never
+    overflows): S = Σ_v e^u_v, logsumexp(z) = m + log S, log p(t) = z_t − logsumexp(z), and
+    H = −Σ_v p_v log p_v = log S − Σ_v e^u_v u_v / S, since log p_v = u_v − log S. The shift
+    happens in place on z; the passes after the matmul run a few rows at a time, so each block
+    is read from memory once and e^u · u reuses one small buffer (torch's sum, unlike a batched
+    dot product, sums pairwise: float32 entropies stay accurate over a large vocabulary).
+    """
+    logits = torch.mm(scaled_hidden, weight.t())
+    target_logits = logits.gather(1, targets[:, None]).squeeze(1)
+    rows, vocab = logits.shape
+    lse = logits.new_empty(rows)
+    entropy = logits.new_empty(rows) if with_entropy else None
+    step = max(1, _BLOCK_ELEMENTS // max(vocab, 1))
+    buffer = logits.new_empty(min(step, rows), vocab) if with_entropy else None
+    for start in range(0, rows, step):
+        block = logits[start : start + step]
+        top = block.amax(1, keepdim=True)
+        shifted = block.sub_(top)
+        if buffer is None:
+            log_total = shifted.exp_().sum(1).log_()
+        else:
+            exp_shifted = torch.exp(shifted, out=buffer[: block.shape[0]])
+            total = exp_shifted.sum(1)
+            log_total = total.log()
+            entropy[start : start + step] = log_total - exp_shifted.mul_(shifted).sum(1) / total
+        lse[start : start + step] = top.squeeze(1) + log_total
+    return target_logits - lse, lse, entropy
+
+
+class _FusedTokenLogprobs(torch.autograd.Function):
+    """log p(target_k) (and, without gradient, the entropy) of z_k = s · (h_k @ Wᵀ), by chunks.
+
+    Forward keeps only h, W, the targets and each row's logsumexp. Backward recomputes each
+    chunk's logits and, with p = softmax(z) and g the incoming gradient of log p(target),
+    uses ∂ log p(t)/∂z = onehot(t) − p:
+
+        ∂L/∂h_k = s · g_k · (W[t_k] − p_k @ W)
+        ∂L/∂W   = Σ_k onehot(t_k) ⊗ (s g_k h_k) − pᵀ @ (s g h)
+
+    so the [c, V] block is touched only by the recomputing matmul, one in-place shift-and-exp
+    and the two matmuls; the per-row factor s·g scales [c, H] rows instead of [c, V] ones, and
+    the one-hot terms are a row gather and an index_add on W's rows. ∂L/∂W is
+    accumulated in one [V, H] buffer across chunks; when W is also the input embedding
+    (tied weights), autograd adds it to the embedding's gradient.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        targets: torch.Tensor,
+        scale: float,
+        chunk_size: int,
+        with_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = hidden.shape[0]
+        logprobs = hidden.new_empty(n)
+        lse = hidden.new_empty(n)
+        entropy = hidden.new_empty(n if with_entropy else 0)
+        for start in range(0, n, chunk_size):
+            rows = slice(start, start + chunk_size)
+            lp, chunk_lse, ent = _fused_chunk_forward(
+                hidden[rows] * scale, weight, targets[rows], with_entropy
+            )
+            logprobs[rows], lse[rows] = lp, chunk_lse
+            if ent is not None:
+                entropy[rows] = ent
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.scale, ctx.chunk_size = scale, chunk_size
+        ctx.mark_non_differentiable(entropy)
+        return logprobs, entropy
+
+    @staticmethod
+    @once_differentiable
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_logprobs: torch.Tensor, _grad_entropy: torch.Tensor
+    ) -> tuple[torch.Tensor | None, ...]:
+        hidden, weight, targets, lse = ctx.saved_tensors
+        need_hidden, need_weight = ctx.needs_input_grad[:2]
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        grad_weight: torch.Tensor | None = None
+        for start in range(0, hidden.shape[0], ctx.chunk_size):
+            rows = slice(start, start + ctx.chunk_size)
+            t = targets[rows]
+            row_scale = grad_logprobs[rows, None] * ctx.scale  # s·g_k, [c, 1]
+            scaled = hidden[rows] * ctx.scale
+            # p = exp(z − logsumexp(z)), in place on the recomputed logits
+            probs = torch.mm(scaled, weight.t()).sub_(lse[rows, None]).exp_()
+            if need_hidden:
+                expected_row = torch.mm(probs, weight)  # p_k @ W, [c, H]
+                grad_hidden[rows] = (weight.index_select(0, t) - expected_row).mul_(row_scale)
+            if need_weight:
+                weighted = scaled.mul_(grad_logprobs[rows, None])  # s g_k h_k, [c, H]
+                if grad_weight is None:
+                    grad_weight = torch.mm(probs.t(), weighted.neg())
+                else:
+                    grad_weight.addmm_(probs.t(), weighted, alpha=-1)
+                grad_weight.index_add_(0, t, weighted)
+        return grad_hidden, grad_weight, None, None, None, None
+
+
 def chunked_token_logprobs(
     model: Any,
     hidden: torch.Tensor,
@@ -184,17 +362,36 @@ def chunked_token_logprobs(
     temperature: float = 1.0,
     chunk_size: int = 1024,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(target_k) = z_k[target_k]/T - logsumexp(z_k/T) for hidden states [K, H], targets [K].
 
-    The K positions are processed `chunk_size` at a time. When gradients are on, each chunk runs
-    under torch.utils.checkpoint: its [chunk, V] logits are freed after the forward and recomputed
-    in backward, so at most one chunk's logits (and softmax) are alive at a time, forward or
-    backward, instead of [K, V]. Entropy (nats, of the same tempered distribution) comes from the
-    same chunk. Returns float32 ([K], [K] or None).
+    The K positions are processed `chunk_size` at a time, so at most one chunk's [chunk, V]
+    logits are alive at a time, forward or backward, instead of [K, V]. Entropy (nats, of the
+    same tempered distribution) comes from the same chunk.
+
+    A plain linear head (see `_fused_head`) runs through `_FusedTokenLogprobs`, whose entropy
+    carries no gradient. With `entropy_grad` (an entropy bonus needs ∂H) while gradients are
+    on, and for any other head, each chunk instead runs `_chunk_logprobs` under
+    torch.utils.checkpoint: its logits are freed after the forward and recomputed in backward.
+    Returns float32 ([K], [K] or None); float64 for a float64 head.
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if hidden.shape[0] == 0:  # no completion tokens at all
+        dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        empty = hidden[:0, 0].to(dtype)  # keeps the graph, so backward still runs
+        return empty, (empty if with_entropy else None)
+    fused = _fused_head(model, hidden)
+    needs_entropy_graph = with_entropy and entropy_grad and torch.is_grad_enabled()
+    if fused is not None and not needs_entropy_graph:
+        weight, scale = fused
+        if temperature > 0 and temperature != 1.0:
+            scale = scale / temperature
+        logprobs, entropy = _FusedTokenLogprobs.apply(
+            hidden, weight, targets, scale, chunk_size, with_entropy
+        )
+        return logprobs, (entropy if with_entropy else None)
     use_checkpoint = torch.is_grad_enabled() and hidden.requires_grad
     logprobs, entropies = [], []
     for start in range(0, hidden.shape[0], chunk_size):
@@ -214,7 +411,4 @@ def chunked_token_logprobs(
         logprobs.append(out[0])
         if with_entropy:
             entropies.append(out[1])
-    if not logprobs:  # no completion tokens at all
-        empty = hidden[:0, 0].float()  # keeps the graph, so backward still runs
-        return empty, (empty if with_entropy else None)
     return torch.cat(logprobs), (torch.cat(entropies) if with_entropy else None)

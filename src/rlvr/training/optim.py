@@ -11,6 +11,14 @@ from rlvr.config import OptimizerConfig
 
 
 def build_optimizer(model: Any, cfg: OptimizerConfig) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters; torch's fused kernel when every parameter allows it.
+
+    The fused kernel updates each tensor in one pass instead of the for-each implementation's
+    dozen elementwise passes over all parameters: on a 2-core CPU an AdamW step over
+    SmolLM2-135M took 0.15 s fused against 1.3 s for-each (docs/training-speed.md). It needs
+    plain (not FSDP-sharded) floating-point tensors on a CPU or CUDA device; otherwise the
+    for-each implementation runs. The update rule is the same; rounding may differ in the last
+    bits."""
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(
         params,
@@ -18,6 +26,21 @@ def build_optimizer(model: Any, cfg: OptimizerConfig) -> torch.optim.AdamW:
         betas=(cfg.beta1, cfg.beta2),
         eps=cfg.adam_eps,
         weight_decay=cfg.weight_decay,
+        fused=fused_adamw_supported(params) or None,
+    )
+
+
+def fused_adamw_supported(params: list[torch.Tensor]) -> bool:
+    """Whether torch's fused AdamW can update `params` (see build_optimizer)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch built without distributed
+        DTensor = ()  # noqa: N806
+    return bool(params) and all(
+        p.device.type in ("cpu", "cuda")
+        and p.dtype.is_floating_point
+        and not isinstance(p, DTensor)
+        for p in params
     )
 
 
