@@ -99,6 +99,11 @@ def step_phase(spec: dict[str, Any], work: Path) -> tuple[dict[str, Any], Any]:
         "completion_length_mean": [r["completion_length_mean"] for r in measured],
         "loss": [r.get("loss") for r in measured],
         "update_tokens": update_tokens[warm:],
+        # positions the update's forward passes actually ran, padding excluded (a shared
+        # prompt counts once per unit): what train_mfu counts
+        "update_positions": [
+            round(r["update_tokens"] * (1.0 - r["padding_fraction"])) for r in measured
+        ],
         "warmup_step_time_s": [r["step_time_s"] for r in rows[:warm]],
         "peak_rss_mib": peak_rss_mib(),
     }

@@ -322,6 +322,7 @@ def summarize(
         "step_speedup_vs_trl": None,
         "rollout_speedup_vs_generate": None,
         "train_mfu": None,
+        "train_mfu_row_tokens": None,
         "time_to_accuracy_speedup_vs_trl": None,
     }
     raw: dict[str, Any] = {"matmul_peak": peak}
@@ -349,16 +350,25 @@ def summarize(
         memory["rlvr_over_trl"] = _ratio(memory["rlvr"], memory["trl"])
     if "step" in rlvr and peak:
         s = rlvr["step"]
-        tokens = [u["prompt_tokens"] + u["completion_tokens"] for u in s["update_tokens"]]
-        flops = [6.0 * s["num_parameters"] * t * s["ppo_epochs"] for t in tokens]
+        row_tokens = [u["prompt_tokens"] + u["completion_tokens"] for u in s["update_tokens"]]
+        tokens = s["update_positions"]
         update_s = sum(s["time_update_s"])
-        achieved = sum(flops) / update_s if update_s > 0 else None
+
+        def gflops_per_s(counted: list[int]) -> float | None:
+            flops = sum(6.0 * s["num_parameters"] * t * s["ppo_epochs"] for t in counted)
+            return flops / update_s if update_s > 0 else None
+
+        achieved = gflops_per_s(tokens)
         out["train_mfu"] = _ratio(achieved, peak["gflops"] * 1e9)
+        # the same with every row's own prompt counted (the work of an update without sharing)
+        out["train_mfu_row_tokens"] = _ratio(gflops_per_s(row_tokens), peak["gflops"] * 1e9)
         raw["mfu"] = {
             "formula": "6 * num_parameters * tokens * ppo_epochs / time_update_s / matmul peak",
-            "tokens_counted": "prompt + completion tokens of every row of the step, no padding",
+            "tokens_counted": "positions the update ran, padding excluded (a prompt shared by "
+            "its completions counts once per unit)",
             "num_parameters": s["num_parameters"],
             "tokens_per_step": tokens,
+            "row_tokens_per_step": row_tokens,
             "time_update_s": s["time_update_s"],
             "achieved_gflops": achieved / 1e9 if achieved else None,
             "peak_gflops": peak["gflops"],
@@ -417,7 +427,8 @@ def print_table(result: dict[str, Any]) -> None:
         m = raw["mfu"]
         lines.append(
             f"train MFU     {fmt(result['train_mfu'])} ({fmt(m['achieved_gflops'])} of "
-            f"{m['peak_gflops']:.1f} GFLOP/s)"
+            f"{m['peak_gflops']:.1f} GFLOP/s; {fmt(result['train_mfu_row_tokens'])} counting "
+            "every row's prompt)"
         )
     if "tta" in raw:
         t = result["time_to_accuracy"]

@@ -118,6 +118,7 @@ def _rlvr_result(reached: bool = True) -> dict:
             "step_time_s": [2.0, 1.0, 3.0],
             "time_update_s": [0.5, 0.5, 1.0],
             "update_tokens": [{"prompt_tokens": 100, "completion_tokens": 50}] * 3,
+            "update_positions": [120] * 3,  # shared prompts: fewer positions than row tokens
             "num_parameters": 1000,
             "ppo_epochs": 1,
             "peak_rss_mib": 500.0,
@@ -146,8 +147,10 @@ def test_summary_computes_each_ratio_from_its_raw_measurements():
     assert out["trl_gradient_checkpointing"] == "on"
     assert out["step_speedup_vs_trl"] == pytest.approx(7.0 / 2.0)
     assert out["peak_memory_mib"]["rlvr"] == 500.0 and out["peak_memory_mib"]["trl"] == 600.0
-    # 6 * 1000 params * 150 tokens * 3 steps / 2.0 s of update / 1e6 FLOP/s
-    assert out["train_mfu"] == pytest.approx(6 * 1000 * 150 * 3 / 2.0 / 1e6)
+    # 6 * 1000 params * 120 positions run * 3 steps / 2.0 s of update / 1e6 FLOP/s
+    assert out["train_mfu"] == pytest.approx(6 * 1000 * 120 * 3 / 2.0 / 1e6)
+    # counting every row's own prompt: 150 tokens per step
+    assert out["train_mfu_row_tokens"] == pytest.approx(6 * 1000 * 150 * 3 / 2.0 / 1e6)
     assert out["rollout_speedup_vs_generate"] == 3.5 and out["rollout_batch"] == 8
     assert out["rollout_speedup_vs_generate_by_batch"] == {"8": 3.5, "16": 4.0}
     assert out["time_to_accuracy_speedup_vs_trl"] == pytest.approx(50.0 / 10.0)
