@@ -86,6 +86,10 @@ class HFEngine:
             return
         self.model.load_state_dict(state_dict)
 
+    def release_weights(self) -> None:
+        """Nothing to free: this engine multiplies by the model's own weights (the fast engine
+        keeps fused/packed copies; see FastEngine.release_weights)."""
+
     def generate(
         self,
         prompts: Sequence[Sequence[int]] | Sequence[torch.Tensor],

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from rlvr.models.modules import is_plain_linear
 from rlvr.rollout.kv_cache import SlotKVCache
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -118,16 +119,6 @@ def _rope_freqs(cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor | N
         return None
     half = cos.shape[-1] // 2
     return torch.complex(cos[:, :half], signed_sin[:, half:])
-
-
-def _is_plain_linear(module: torch.nn.Module) -> bool:
-    """An unwrapped nn.Linear without hooks: its weight alone defines what it computes (a peft
-    LoRA layer or a quantized linear is not one)."""
-    return (
-        type(module) is torch.nn.Linear
-        and not module._forward_hooks
-        and not module._forward_pre_hooks
-    )
 
 
 class _Stamp:
@@ -272,7 +263,7 @@ def _folded_norm_weight(norm: torch.nn.Module) -> torch.Tensor:
 
 
 def _residual_weight(linear: torch.nn.Module) -> torch.Tensor | None:
-    if _is_plain_linear(linear) and linear.bias is None:
+    if is_plain_linear(linear) and linear.bias is None:
         return linear.weight
     return None
 
@@ -349,7 +340,7 @@ class _LayerPlan:
         qkv = (attention.q_proj, attention.k_proj, attention.v_proj)
         norm = layer.input_layernorm
         self.interleaved = False
-        if fuse and all(_is_plain_linear(m) for m in qkv):
+        if fuse and all(is_plain_linear(m) for m in qkv):
             self.interleaved = head_dim is not None and qkv[0].weight.dtype == torch.float32
             weights = [m.weight for m in qkv]
             biases = [
@@ -366,7 +357,7 @@ class _LayerPlan:
                 self.qkv_bias = torch.cat(biases)
         gate_up = (mlp.gate_proj, mlp.up_proj)
         norm = layer.post_attention_layernorm
-        if fuse and all(_is_plain_linear(m) and m.bias is None for m in gate_up):
+        if fuse and all(is_plain_linear(m) and m.bias is None for m in gate_up):
             self.gate_up_weight = torch.cat([m.weight for m in gate_up])
             if _can_fold(norm):
                 self.gate_up_weight *= _folded_norm_weight(norm)
@@ -480,7 +471,7 @@ class LlamaFamilyDecoder:
         sources = _module_sources((head,))
         if self._kept_head is None or not self._kept_head[0].matches(sources):
             self._kept_head = None
-            packable = self.pack_weights and _is_plain_linear(head) and head.bias is None
+            packable = self.pack_weights and is_plain_linear(head) and head.bias is None
             packed = _pack(head.weight) if packable and can_pack(head.weight) else None
             self._kept_head = (_Stamp(sources), packed)
         self._head = self._kept_head[1]

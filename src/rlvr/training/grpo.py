@@ -495,14 +495,20 @@ class GRPOTrainer:
             lp, _ = self._unit_logprobs(model, unit)
             out[rows, : lp.shape[1]] = lp.float().cpu()
         if self.fsdp_root is not None and model is self.model:
-            for _ in range(self._missing_passes(len(units))):  # FSDP: same passes on every rank
-                self._unit_logprobs(model, self._micro_batches(tokens, torch.arange(1))[0][1])
+            self._idle_passes(tokens, len(units))
         return self.world.all_reduce(out)
 
-    def _missing_passes(self, mine: int) -> int:
-        """How many fewer forward passes this rank has than the busiest rank."""
+    def _idle_passes(self, tokens: TokenBatch, mine: int, backward: bool = False) -> None:
+        """FSDP gathers and reduce-scatters inside every forward/backward, so all ranks must make
+        as many passes: this rank, which made `mine`, runs one row with zero weight until it
+        matches the busiest rank."""
         most = int(self.world.all_reduce(torch.tensor(mine), "max"))
-        return most - mine
+        for _ in range(most - mine):
+            lp, _ = self._unit_logprobs(
+                self.model, self._micro_batches(tokens, torch.arange(1))[0][1]
+            )
+            if backward:
+                (lp.sum() * 0.0).backward()
 
     def _reference_logprobs(self, tokens: TokenBatch) -> torch.Tensor:
         if self.ref_model is not None:
@@ -533,9 +539,7 @@ class GRPOTrainer:
                 batch = self.engine.generate(
                     prompt_ids, g, self.sampling, generator=self.sample_gen, first_row=first_row
                 )
-                release = getattr(self.engine, "release_weights", None)
-                if release is not None:  # the update changes them: no use keeping copies
-                    release()
+                self.engine.release_weights()  # the update changes them: no use keeping copies
                 return batch
             except torch.OutOfMemoryError:
                 size = self.engine.max_batch_size
@@ -745,11 +749,8 @@ class GRPOTrainer:
                             ratio_max = max(ratio_max, float(v))
                         else:
                             totals[k] = totals.get(k, 0.0) + float(v) * w
-                if self.fsdp:  # FSDP reduce-scatters in backward: every rank makes as many passes
-                    for _ in range(self._missing_passes(len(units))):
-                        dummy = self._micro_batches(tokens, torch.arange(1))[0][1]
-                        lp, _ = self._unit_logprobs(self.model, dummy)
-                        (lp.sum() * 0.0).backward()
+                if self.fsdp:
+                    self._idle_passes(tokens, len(units), backward=True)
                 else:
                     self.world.all_reduce_grads(self.model.parameters())
                 mb_loss = float(self.world.all_reduce(torch.tensor(mb_loss, dtype=torch.float64)))

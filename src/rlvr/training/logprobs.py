@@ -26,6 +26,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from rlvr.algorithms.entropy import entropy_from_logits
+from rlvr.models.modules import is_plain_linear
 
 
 @dataclass
@@ -194,25 +195,6 @@ def _chunk_logprobs(
     return logprobs, -(log_p.exp() * log_p).sum(-1)  # H = -Σ_v p_v log p_v, nats
 
 
-def _has_hooks(module: torch.nn.Module) -> bool:
-    """Whether anything would run around `module`'s forward besides its own code: hooks on it,
-    global module hooks, or a replaced instance `forward` (accelerate-style wrappers)."""
-    own = (
-        module._forward_hooks,
-        module._forward_pre_hooks,
-        module._backward_hooks,
-        module._backward_pre_hooks,
-    )
-    names = (
-        "_global_forward_hooks",
-        "_global_forward_pre_hooks",
-        "_global_backward_hooks",
-        "_global_backward_pre_hooks",
-    )
-    shared = tuple(getattr(torch.nn.modules.module, name, None) for name in names)
-    return any(own) or any(shared) or "forward" in vars(module)
-
-
 def _fused_head(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, float] | None:
     """(W [V, H], s) when output_logits(model, h) is exactly s · (h @ Wᵀ), which the fused path
     computes; None when the head is anything else and the autograd path must run it.
@@ -223,7 +205,7 @@ def _fused_head(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, float] 
     folds Cohere's `logit_scale` and Granite's `logits_scaling`.
     """
     head = model.get_output_embeddings()
-    if type(head) is not torch.nn.Linear or head.bias is not None or _has_hooks(head):
+    if not is_plain_linear(head) or head.bias is not None:
         return None
     weight = head.weight
     if type(weight) not in (torch.nn.Parameter, torch.Tensor):
