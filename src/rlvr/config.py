@@ -268,6 +268,12 @@ class TrainingConfig:
         "prompt's tokens run once per unit instead of once per row (exact); "
         "docs/training-speed.md",
     )
+    skip_zero_advantage: bool = _f(
+        True,
+        "skip the forward/backward of rows whose advantage is 0 everywhere when their gradient "
+        "is exactly zero (no KL loss term, no entropy bonus); entropy and clip statistics are "
+        "then over the rows the update ran; docs/training-speed.md",
+    )
 
 
 @dataclass

@@ -491,19 +491,23 @@ class GRPOTrainer:
         and the others' shares arrive by a sum over ranks (they are zero elsewhere)."""
         out = torch.zeros(tokens.completion_mask.shape)
         units = self._micro_batches(tokens, self.world.rows(torch.arange(len(tokens))))
+        sharded = self.fsdp_root is not None and model is self.model
+        idle = self._passes_behind(len(units)) if sharded else 0
         for rows, unit in units:
             lp, _ = self._unit_logprobs(model, unit)
             out[rows, : lp.shape[1]] = lp.float().cpu()
-        if self.fsdp_root is not None and model is self.model:
-            self._idle_passes(tokens, len(units))
+        self._idle_passes(tokens, idle)
         return self.world.all_reduce(out)
 
-    def _idle_passes(self, tokens: TokenBatch, mine: int, backward: bool = False) -> None:
+    def _passes_behind(self, mine: int) -> int:
         """FSDP gathers and reduce-scatters inside every forward/backward, so all ranks must make
-        as many passes: this rank, which made `mine`, runs one row with zero weight until it
-        matches the busiest rank."""
-        most = int(self.world.all_reduce(torch.tensor(mine), "max"))
-        for _ in range(most - mine):
+        as many passes: how many fewer this rank, which makes `mine`, makes than the busiest. A
+        collective, so asked before any pass (a rank still in its passes could not answer)."""
+        return int(self.world.all_reduce(torch.tensor(mine), "max")) - mine
+
+    def _idle_passes(self, tokens: TokenBatch, count: int, backward: bool = False) -> None:
+        """`count` passes of one row with zero weight, to match the busiest rank's passes."""
+        for _ in range(count):
             lp, _ = self._unit_logprobs(
                 self.model, self._micro_batches(tokens, torch.arange(1))[0][1]
             )
@@ -667,13 +671,22 @@ class GRPOTrainer:
                 rewards, kl_penalty(old_lp, ref_lp, alg.kl_estimator), mask, alg.kl_coef
             )
         advantages = self._advantages(rewards, batch.group_ids)
+        n = len(batch)
+        # A row whose advantage is 0 everywhere has exactly zero gradient when the loss has no
+        # term but the surrogate (-A * ratio, clipped, times the TIS weight): its forward and
+        # backward are skipped; the normalisers below still count it (docs/training-speed.md).
+        skip_zero = (
+            cfg.training.skip_zero_advantage
+            and alg.entropy_coef == 0
+            and (ref_lp is None or alg.kl_in_reward)
+        )
+        active = advantages.reshape(n, -1).ne(0).any(dim=1) if skip_zero else None
 
         t0 = time.perf_counter()
-        n = len(batch)
         totals: dict[str, float] = {}
         token_weight = 0.0
         grad_norms, losses, ratio_min, ratio_max = [], [], math.inf, -math.inf
-        skipped = 0
+        skipped, rows_skipped = 0, 0
         forward_tokens, padding_tokens = 0, 0
         self.model.train()
         for _epoch in range(cfg.training.ppo_epochs):
@@ -682,10 +695,18 @@ class GRPOTrainer:
                 mb_rows = order[start : start + self.mini_batch_size]
                 num_seqs = float(len(mb_rows))
                 num_tokens = float(mask[mb_rows].sum())
+                if active is not None:
+                    run = mb_rows[active[mb_rows]]
+                    # none active: one row still runs (zero gradient), so the optimizer steps as
+                    # it would unskipped (momentum, weight decay) and every rank's path is kept
+                    run = run if len(run) else mb_rows[:1]
+                    rows_skipped += len(mb_rows) - len(run)
+                    mb_rows = run
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_loss = 0.0
                 # this rank's share; the normalisers above count the whole mini-batch
                 units = self._micro_batches(tokens, self.world.rows(mb_rows))
+                idle = self._passes_behind(len(units)) if self.fsdp else 0
                 for rows, unit in units:
                     total, real = _token_counts(unit)
                     forward_tokens += total
@@ -750,7 +771,7 @@ class GRPOTrainer:
                         else:
                             totals[k] = totals.get(k, 0.0) + float(v) * w
                 if self.fsdp:
-                    self._idle_passes(tokens, len(units), backward=True)
+                    self._idle_passes(tokens, idle, backward=True)
                 else:
                     self.world.all_reduce_grads(self.model.parameters())
                 mb_loss = float(self.world.all_reduce(torch.tensor(mb_loss, dtype=torch.float64)))
@@ -793,6 +814,7 @@ class GRPOTrainer:
         stats["update_tokens"] = forward_tokens  # fewer with shared prompts; padding included
         stats["grad_norm"] = sum(grad_norms) / max(1, len(grad_norms))
         stats["skipped_updates"] = skipped
+        stats["update_rows_skipped"] = rows_skipped  # zero-advantage rows not run, all passes
         # With one update per batch the clipped loss is ~0 by construction (ratio = 1, only its
         # gradient matters); see docs. advantage_abs_mean shows the signal strength instead.
         stats["loss"] = sum(losses) / max(1, len(losses))
