@@ -110,3 +110,14 @@ def test_a_batch_split_across_callers_gives_the_same_rows(tiny_llama, char_token
     other = engine.generate(prompts, 3, SAMPLED, torch.Generator().manual_seed(10))
     assert other.completion_text != whole.completion_text
     assert math.isfinite(sum(float(lp.sum()) for lp in whole.logprobs))
+
+
+def test_inverse_cdf_past_the_last_token_with_mass_takes_the_mode():
+    # u * total equal to the total would land on the trailing zero-mass tokens: the mode is
+    # taken instead, for that row only (the other row keeps its inverse-CDF token)
+    from rlvr.rollout.sampling import _inverse_cdf
+
+    probs = torch.tensor([[0.2, 0.5, 0.3, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25, 0.0]])
+    logprobs = probs.log()
+    tokens = _inverse_cdf(logprobs, torch.tensor([1.0, 0.3], dtype=torch.float64))
+    assert tokens.tolist() == [1, 1]

@@ -129,7 +129,13 @@ def sample_next(
         tokens = logits.argmax(dim=-1)
         logprobs = logits.log_softmax(dim=-1)
     else:
-        filtered = filter_logits(logits, params.temperature, params.top_k, params.top_p)
+        plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0
+        # nothing to filter: log_softmax reads the logits directly (no [B, V] copy per token)
+        filtered = (
+            logits
+            if plain
+            else filter_logits(logits, params.temperature, params.top_k, params.top_p)
+        )
         logprobs = filtered.log_softmax(dim=-1)
         if keys is None:
             tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
@@ -148,4 +154,6 @@ def _inverse_cdf(logprobs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     tokens = tokens.clamp(max=logprobs.shape[-1] - 1)
     # u within 2^-53 of 1 could land past the last token of nonzero mass: take the mode instead
     chosen = probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    if probs.device.type == "cpu" and bool((chosen > 0).all()):
+        return tokens  # the usual case; on a CPU the check is cheaper than a [B, V] argmax
     return torch.where(chosen > 0, tokens, probs.argmax(dim=-1))
