@@ -229,6 +229,8 @@ def tta_phase(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     except _StopTraining:
         pass
     reached = next((e for e in evals if e["accuracy"] >= threshold), None)
+    # rows of zero advantage whose forward/backward the update skipped (exact: no gradient)
+    skipped = [int(r.get("update_rows_skipped", 0)) for r in _metrics(run_dir)]
     return {
         "threshold": threshold,
         "reached": reached is not None,
@@ -238,6 +240,8 @@ def tta_phase(spec: dict[str, Any], work: Path) -> dict[str, Any]:
         "trained_steps": evals[-1]["step"] if evals else 0,
         "evals": evals,
         "eval_s": clock["eval_s"],
+        "update_rows_skipped": sum(skipped),
+        "update_rows_skipped_by_step": skipped,
     }
 
 

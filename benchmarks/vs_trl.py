@@ -220,6 +220,10 @@ def step_overrides(args: argparse.Namespace, model_dir: str) -> list[str]:
         _kv("training.steps", args.warmup + args.steps),
         _kv("training.seed", args.seed),
         _kv("training.ppo_epochs", 1),
+        # The step's rewards are mostly 0 for this model: skipping zero-advantage rows would
+        # leave rlvr's update nearly empty, and the ratio would measure the reward draw instead
+        # of the machinery. Both sides run the full forward and backward pass here.
+        _kv("training.skip_zero_advantage", False),
         _kv("eval.size", 0),
         _kv("eval.every", 0),
         _kv("eval.before", False),
