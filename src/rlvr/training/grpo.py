@@ -969,6 +969,10 @@ class GRPOTrainer:
                     metrics["rollout_staleness"] = scored.staleness
                 metrics.update(scored.task_metrics)  # e.g. the curriculum level
                 stats, advantages = self.update(scored)
+                # The gradients are spent: free them now rather than at the next update's
+                # zero_grad, so they do not sit beside the rollout engine's weight copies
+                # through the next generation (SmolLM2: -540 MB of that phase's peak).
+                self.optimizer.zero_grad(set_to_none=True)
                 metrics.update(stats)
                 metrics["time_generate_s"] = scored.time_generate_s
                 metrics["time_score_s"] = scored.time_score_s
