@@ -432,3 +432,23 @@ def test_the_trainer_drops_the_engines_weight_copies_after_each_rollout(tmp_path
     assert decoder._kept_plans == [] and decoder._kept_head is None
     trainer.engine.generate([[5, 6]], 1, trainer.sampling)  # outside training they are kept
     assert decoder._kept_plans and all(p is not None for p in decoder._kept_plans)
+
+
+def test_shared_prompt_capacity_search_takes_fractions_of_the_longest_row():
+    # three groups of three rows, longest row 12 tokens, pair cost 0.05: the cheapest layout has
+    # units of up to 15 tokens (1.25 x the longest row), 5 sequences of width 15:
+    # 5 * 15 * (1 + 0.05 * 15) = 131.25; the best capacity that is a multiple of 12 costs 134.4
+    prompt_lengths = [2, 2, 2, 4, 4, 4, 3, 3, 3]
+    completion_lengths = [5, 8, 7, 8, 6, 4, 5, 3, 2]
+    groups = [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    batches = pack_groups_to_budget(prompt_lengths, completion_lengths, groups, 10**6, 64, 0.05)
+    cost = 0.0
+    for mb in batches:
+        width = max(
+            sum(prompt_lengths[u[0]] + sum(completion_lengths[i] for i in u) for u in seq)
+            for seq in mb
+        )
+        cost += len(mb) * width * (1 + 0.05 * width)
+    assert cost == pytest.approx(131.25)
+    units = sorted(u for mb in batches for seq in mb for u in seq)
+    assert units == [(0, 1), (2,), (3,), (4, 5), (6, 7, 8)]
