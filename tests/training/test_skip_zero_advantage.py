@@ -8,14 +8,11 @@ gradient, so the skip is off there."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.rollout import RolloutBatch
 from rlvr.training.grpo import GRPOTrainer, ScoredRollouts
@@ -99,30 +96,11 @@ def _assert_same_update(on, off) -> None:
 
 # -- end to end -------------------------------------------------------------------------------
 
-STEPS = [
-    "training.steps=4",
-    # 3 x 8: steps with no, some and only zero-variance groups (steps 2 and 4, 1, 3)
-    "rollout.prompts_per_step=3",
-    "rollout.group_size=8",
-    "optimizer.warmup_steps=0",
-    "optimizer.lr=3e-4",
-    "optimizer.adam_eps=1e-5",
-    "eval.size=0",
-    "logging.samples_every=0",
-]
-
-
-def _run(tmp_path, name: str, *overrides: str) -> tuple[list[dict], dict]:
-    out = tmp_path / name
-    assert main(["train", "--quiet", "--output-dir", str(out), *STEPS, *overrides]) == 0
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return rows, load_file(out / "final" / "model.safetensors")
-
 
 @pytest.mark.slow
-def test_skipping_zero_advantage_rows_learns_the_same(tmp_path):
-    on, on_weights = _run(tmp_path, "on")
-    off, off_weights = _run(tmp_path, "off", "training.skip_zero_advantage=false")
+def test_skipping_zero_advantage_rows_learns_the_same(train_embedded):
+    on, on_weights = train_embedded("on")
+    off, off_weights = train_embedded("off", "training.skip_zero_advantage=false")
     assert len(on) == len(off) == 4
     assert any(r["zero_std_group_fraction"] > 0 for r in on)  # there were rows to skip
     assert any(r["update_rows_skipped"] > 0 for r in on)

@@ -7,48 +7,22 @@ gradient norms within fp32 tolerance."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from rlvr.cli import main
-
-STEPS = [
-    "training.steps=4",
-    # 3 x 8: steps 2 and 4 have no zero-variance group, so no row is skipped and their
-    # entropy (over the rows the update ran) is compared too
-    "rollout.prompts_per_step=3",
-    "rollout.group_size=8",
-    "optimizer.warmup_steps=0",
-    "optimizer.lr=3e-4",
-    # with eps 1e-8 Adam turns rounding noise on zero-gradient coordinates (embedding rows of
-    # tokens that never occur) into +-lr steps; see tests/distributed/test_torchrun.py
-    "optimizer.adam_eps=1e-5",
-    "eval.size=0",
-    "logging.samples_every=0",
-]
 SAME = ("reward_mean", "reward_std", "completion_length_mean", "zero_std_group_fraction")
 CLOSE = ("loss", "advantage_abs_mean", "grad_norm", "entropy", "clip_fraction", "ratio_mean")
 
 
-def _run(tmp_path, name: str, *overrides: str) -> tuple[list[dict], dict]:
-    out = tmp_path / name
-    assert main(["train", "--quiet", "--output-dir", str(out), *STEPS, *overrides]) == 0
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return rows, load_file(out / "final" / "model.safetensors")
-
-
 @pytest.mark.slow
-def test_optimised_and_unoptimised_paths_learn_the_same(tmp_path, monkeypatch):
-    fast, fast_weights = _run(tmp_path, "fast")
+def test_optimised_and_unoptimised_paths_learn_the_same(train_embedded, monkeypatch):
+    fast, fast_weights = train_embedded("fast")
     import rlvr.training.optim as optim
 
     monkeypatch.setattr(optim, "fused_adamw_supported", lambda params: False)
-    plain, plain_weights = _run(
-        tmp_path,
+    plain, plain_weights = train_embedded(
         "plain",
         "rollout.engine=hf",
         "training.token_budget=0",
