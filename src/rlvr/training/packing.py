@@ -172,12 +172,21 @@ def pack_groups_to_budget(
     ceiling = max(longest, min(whole, token_budget))
     best: tuple[float, list[list[list[Unit]]]] | None = None
     capacities = sorted({min(longest + j * longest // 8, ceiling) for j in range(121)})
+    # per group: its whole length, and its rows longest first (the split's order)
+    plans = [
+        (prompt_of[g[0]] + sum(completion_lengths[i] for i in g), tuple(sorted(g)), g)
+        for g in groups
+        if g
+    ]
     for capacity in capacities:
         units = [
             u
-            for g in groups
-            if g
-            for u in _split_group(g, prompt_of[g[0]], completion_lengths, capacity, max_rows)
+            for whole, rows_sorted, g in plans
+            for u in (
+                [rows_sorted]  # the whole group fits one unit: nothing to split
+                if whole <= capacity and len(g) <= max_rows
+                else _split_group(g, prompt_of[g[0]], completion_lengths, capacity, max_rows)
+            )
         ]
         lengths = [prompt_of[u[0]] + sum(completion_lengths[i] for i in u) for u in units]
         batches = _pack_sequences(
