@@ -452,3 +452,43 @@ def test_shared_prompt_capacity_search_takes_fractions_of_the_longest_row():
     assert cost == pytest.approx(131.25)
     units = sorted(u for mb in batches for seq in mb for u in seq)
     assert units == [(0, 1), (2,), (3,), (4, 5), (6, 7, 8)]
+
+
+def test_tied_input_embeddings_take_a_sparse_gradient_with_the_same_values(char_tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlvr.training.logprobs import _sparse_grad_embeddings
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(char_tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config).float().eval()
+    ids = torch.tensor([[3, 4, 5]])
+    assert _sparse_grad_embeddings(model, ids) is not None
+    with torch.no_grad():
+        assert _sparse_grad_embeddings(model, ids) is None  # nothing to differentiate
+    untied = LlamaForCausalLM(LlamaConfig(**{**config.to_dict(), "tie_word_embeddings": False}))
+    assert _sparse_grad_embeddings(untied, ids) is None  # its .grad would become sparse
+
+    prompts, completions = _ragged(7, len(char_tokenizer), seed=3)
+    tokens = make_token_batch(prompts, completions, char_tokenizer.pad_token_id)
+    lp, _ = completion_logprobs(model, tokens)  # the model's own (dense) embedding lookup
+    (lp * tokens.completion_mask).sum().backward()
+    dense = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    packs = packed_micro_batches(prompts, completions, range(7), token_budget=96, max_rows=64)
+    assert len(packs) > 1  # the second micro-batch adds into the first one's gradient
+    for p in packs:
+        lp2, _ = packed_completion_logprobs(model, p, chunk_size=5)
+        (lp2 * tokens.completion_mask[p.rows, : p.width]).sum().backward()
+    weight = model.get_input_embeddings().weight
+    assert weight.grad.layout == torch.strided  # dense, for clipping and fused AdamW
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, dense[k], rtol=1e-4, atol=1e-6, msg=k)
