@@ -32,8 +32,11 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     return build_tokenizer()
 
 
-def build_tiny_llama(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
-    """A randomly initialised 2-layer Llama (hidden 32, 2 heads), fp32, in eval mode."""
+def build_tiny_llama(
+    tokenizer: PreTrainedTokenizerFast, seed: int = 0, tie: bool = False
+) -> LlamaForCausalLM:
+    """A randomly initialised 2-layer Llama (hidden 32, 2 heads), fp32, in eval mode; `tie`:
+    the output head shares the input embedding's weight."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -46,7 +49,7 @@ def build_tiny_llama(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> Llama
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie,
     )
     model = LlamaForCausalLM(config).to(torch.float32)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -76,8 +79,9 @@ def tiny_llama(char_tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
 def make_tiny_llama(
     char_tokenizer: PreTrainedTokenizerFast,
 ) -> Callable[[int], LlamaForCausalLM]:
-    """Factory for more tiny Llamas: `make_tiny_llama(seed)`; other seeds give other weights."""
-    return lambda seed=0: build_tiny_llama(char_tokenizer, seed)
+    """Factory for more tiny Llamas: `make_tiny_llama(seed, tie=False)`; other seeds give other
+    weights."""
+    return lambda seed=0, tie=False: build_tiny_llama(char_tokenizer, seed, tie)
 
 
 @pytest.fixture

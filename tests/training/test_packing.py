@@ -454,27 +454,17 @@ def test_shared_prompt_capacity_search_takes_fractions_of_the_longest_row():
     assert units == [(0, 1), (2,), (3,), (4, 5), (6, 7, 8)]
 
 
-def test_tied_input_embeddings_take_a_sparse_gradient_with_the_same_values(char_tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def test_tied_input_embeddings_take_a_sparse_gradient_with_the_same_values(
+    make_tiny_llama, char_tokenizer
+):
     from rlvr.training.logprobs import _sparse_grad_embeddings
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(char_tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
-    model = LlamaForCausalLM(config).float().eval()
+    model = make_tiny_llama(tie=True)
     ids = torch.tensor([[3, 4, 5]])
     assert _sparse_grad_embeddings(model, ids) is not None
     with torch.no_grad():
         assert _sparse_grad_embeddings(model, ids) is None  # nothing to differentiate
-    untied = LlamaForCausalLM(LlamaConfig(**{**config.to_dict(), "tie_word_embeddings": False}))
+    untied = make_tiny_llama()
     assert _sparse_grad_embeddings(untied, ids) is None  # its .grad would become sparse
 
     prompts, completions = _ragged(7, len(char_tokenizer), seed=3)
