@@ -40,11 +40,14 @@ def filter_logits(
     top_k: keep exactly the k largest logits of each row (0 = off; k >= V keeps all).
     top_p: after top-k, keep the smallest prefix of the tokens sorted by probability whose
         cumulative probability reaches top_p (1.0 = off). The most likely token is always kept.
-    Returns a new float tensor; softmax of it is the distribution to sample from.
+    Returns a float tensor (the input itself when there is nothing to change: temperature 1,
+    no top-k, no top-p); softmax of it is the distribution to sample from.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to filter logits, got {temperature}")
-    logits = logits.float() / temperature
+    logits = logits.float()
+    if temperature != 1.0:  # no [B, V] copy per token at temperature 1
+        logits = logits / temperature
     vocab_size = logits.shape[-1]
     if 0 < top_k < vocab_size:
         logits = _keep_top_k(logits, top_k)
@@ -129,13 +132,7 @@ def sample_next(
         tokens = logits.argmax(dim=-1)
         logprobs = logits.log_softmax(dim=-1)
     else:
-        plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0
-        # nothing to filter: log_softmax reads the logits directly (no [B, V] copy per token)
-        filtered = (
-            logits
-            if plain
-            else filter_logits(logits, params.temperature, params.top_k, params.top_p)
-        )
+        filtered = filter_logits(logits, params.temperature, params.top_k, params.top_p)
         logprobs = filtered.log_softmax(dim=-1)
         if keys is None:
             tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
