@@ -27,7 +27,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from rlvr.algorithms.entropy import entropy_from_logits
-from rlvr.models.modules import is_plain_linear
+from rlvr.models.modules import is_plain, is_plain_linear, is_plain_tensor
 
 
 @dataclass
@@ -157,11 +157,9 @@ def _sparse_grad_embeddings(model: Any, input_ids: torch.Tensor | None) -> torch
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
     if (
-        type(embedding) is not torch.nn.Embedding
-        or type(embedding.weight.data) is not torch.Tensor  # e.g. an FSDP-sharded DTensor
+        not is_plain(embedding, torch.nn.Embedding)
+        or not is_plain_tensor(embedding.weight)
         or embedding.max_norm is not None
-        or embedding._forward_hooks
-        or embedding._forward_pre_hooks
         or not embedding.weight.requires_grad
         or head is None
         or head.weight is not embedding.weight
@@ -240,7 +238,7 @@ def _fused_head(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, float] 
     if not is_plain_linear(head) or head.bias is not None:
         return None
     weight = head.weight
-    if type(weight) not in (torch.nn.Parameter, torch.Tensor):
+    if not is_plain_tensor(weight):
         return None
     if weight.dtype not in (torch.float32, torch.float64) or hidden.dtype != weight.dtype:
         return None
