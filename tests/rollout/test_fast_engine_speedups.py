@@ -208,6 +208,12 @@ def test_stamp_tracks_identity_version_pointer_and_hooks():
     assert not stamp.matches(llama_decoder._module_sources((linear,)))
     handle.remove()
     assert stamp.matches(llama_decoder._module_sources((linear,)))
+    # what else makes a linear unfusable (is_plain_linear) makes a kept plan stale too
+    handle = linear.register_full_backward_hook(lambda *args: None)
+    assert not stamp.matches(llama_decoder._module_sources((linear,)))
+    handle.remove()
+    linear.forward = lambda x: torch.nn.functional.linear(x, linear.weight) * 2.0  # accelerate-like
+    assert not stamp.matches(llama_decoder._module_sources((linear,)))
 
 
 # -- the decode step ----------------------------------------------------------------------------

@@ -125,8 +125,9 @@ class _Stamp:
     """The sources a kept copy of weights was made from, to tell whether the copy is stale.
 
     Per source object: its identity (held weakly, so a replaced weight or module is neither
-    kept alive nor confused with a new object at the same address); for a module its type and
-    hook counts (they decide whether it is fused or called); for a tensor its in-place version
+    kept alive nor confused with a new object at the same address); for a module its type, hook
+    counts and `is_plain_linear` (backward or global hooks, a replaced `forward`: they decide
+    whether it is fused or called); for a tensor its in-place version
     counter, data pointer, dtype and device. Optimizer steps, `copy_`, `load_state_dict` and
     peft's merges bump the version counter (fused optimizer steps through
     `_count_fused_optimizer_steps`); `.to()`, `module.half()` or a new Parameter change the
@@ -173,8 +174,9 @@ def _mark(source: object) -> object:
         if source.is_inference():  # no version counter: never trust a copy of it
             return object()
         return (source._version, source.data_ptr(), source.dtype, source.device)
-    if isinstance(source, torch.nn.Module):
-        return (type(source), len(source._forward_hooks), len(source._forward_pre_hooks))
+    if isinstance(source, torch.nn.Module):  # what decides whether a projection is fused
+        hooks = (len(source._forward_hooks), len(source._forward_pre_hooks))
+        return (type(source), *hooks, is_plain_linear(source))
     return type(source)
 
 
