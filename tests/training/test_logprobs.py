@@ -57,3 +57,21 @@ def test_training_logprobs_equal_the_engines_sampling_logprobs(tiny_llama, char_
         lp, _ = completion_logprobs(tiny_llama, batch, temperature=0.8)
     for i, sampled in enumerate(out.logprobs):
         torch.testing.assert_close(lp[i, : sampled.numel()], sampled.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_unpadded_gives_back_each_rows_prompt_and_completion():
+    prompts = [torch.tensor([5, 6, 7]), torch.tensor([8]), torch.tensor([9, 10])]
+    completions = [
+        torch.tensor([11, 12]),
+        torch.tensor([13, 14, 15]),
+        torch.tensor([], dtype=torch.long),
+    ]
+    batch = make_token_batch(prompts, completions, pad_id=0)
+    got_prompts, got_completions = batch.unpadded()
+    assert [p.tolist() for p in got_prompts] == [p.tolist() for p in prompts]
+    assert [c.tolist() for c in got_completions] == [c.tolist() for c in completions]
+    # a trimmed sub-batch (fewer padding columns) gives back the same rows
+    sub_prompts, sub_completions = batch.rows(torch.tensor([2, 0])).unpadded()
+    assert [p.tolist() for p in sub_prompts] == [[9, 10], [5, 6, 7]]
+    assert [c.tolist() for c in sub_completions] == [[], [11, 12]]
+    assert all(t.dtype == torch.long for t in sub_prompts + sub_completions)

@@ -66,8 +66,13 @@ class TokenBatch:
         """Each row's prompt and completion tokens without padding (the packed layout's input)."""
         width_p = self.input_ids.shape[1] - self.completion_width
         real = self.attention_mask.bool()
-        prompts = [ids[:width_p][on[:width_p]] for ids, on in zip(self.input_ids, real)]
-        completions = [ids[width_p:][on[width_p:]] for ids, on in zip(self.input_ids, real)]
+
+        def rows_of(ids: torch.Tensor, on: torch.Tensor) -> list[torch.Tensor]:
+            # boolean selection runs row-major: row r's tokens are the r-th run of the result
+            return list(ids[on].split(on.sum(1).tolist()))
+
+        prompts = rows_of(self.input_ids[:, :width_p], real[:, :width_p])
+        completions = rows_of(self.input_ids[:, width_p:], real[:, width_p:])
         return prompts, completions
 
 
