@@ -262,6 +262,10 @@ def tta_phase(spec: dict[str, Any], work: Path) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     spec, out = read_spec(argv)
     setup_process(spec)
+    if spec.get("trl_keep_freed_memory"):  # --trl-keep-freed-memory: rlvr's malloc setting
+        from rlvr.training.allocator import keep_freed_memory
+
+        keep_freed_memory()
     from rlvr.errors import UserError
 
     work = Path(spec["work_dir"])

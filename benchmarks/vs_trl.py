@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["both", "on", "off"],
         help="measure TRL with checkpointing on and off and keep the faster (both), or only one",
     )
+    p.add_argument(
+        "--trl-keep-freed-memory",
+        action="store_true",
+        help="run TRL's processes with the malloc setting of rlvr's training.keep_freed_memory "
+        "too (default: TRL as a TRL user runs it, with the C library's defaults)",
+    )
     roll = p.add_argument_group("rollout benchmark")
     roll.add_argument(
         "--rollout-batches",
@@ -500,6 +506,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tta_threshold": args.tta_threshold,
             "tta_max_seconds": args.tta_max_seconds,
             "tta_gc": "off",
+            "trl_keep_freed_memory": args.trl_keep_freed_memory,
         }
         rlvr_phases = [p for p in PARTS if p in parts]
         rlvr = run_peer(
@@ -553,6 +560,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rlvr_overrides": overrides,
         "rlvr_extra": list(args.rlvr),
         "trl_gradient_checkpointing_measured": args.trl_gradient_checkpointing,
+        "trl_keep_freed_memory": args.trl_keep_freed_memory,
         "trl_fixed": {"use_cpu": True, "bf16": False, "fp16": False, "shuffle_dataset": False},
         "rollout_batches": batches,
         "rollout_repeats": args.rollout_repeats,

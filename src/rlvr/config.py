@@ -274,6 +274,12 @@ class TrainingConfig:
         "is exactly zero (no KL loss term, no entropy bonus); entropy and clip statistics are "
         "then over the rows the update ran; docs/training-speed.md",
     )
+    keep_freed_memory: bool = _f(
+        True,
+        "policy on the CPU: keep the memory the process frees for reuse instead of returning "
+        "it to the kernel (glibc malloc settings, process-wide), so the blocks each step frees "
+        "and allocates again cost no page faults; docs/training-speed.md",
+    )
 
 
 @dataclass

@@ -72,6 +72,7 @@ from rlvr.rewards.exact import is_reasoning
 from rlvr.rewards.length import overlong_penalties
 from rlvr.rewards.pool import VerifierPool
 from rlvr.rollout import RolloutBatch, SamplingParams, build_engine, concat_batches
+from rlvr.training.allocator import keep_freed_memory
 from rlvr.training.checkpoint import (
     incomplete_checkpoints,
     latest_checkpoint,
@@ -196,6 +197,8 @@ class GRPOTrainer:
         if self.device.type == "cuda" and self.world.distributed:
             self.device = torch.device("cuda", self.world.local_rank)
         self.dtype = resolve_dtype(cfg.model.dtype, self.device)
+        if cfg.training.keep_freed_memory and self.device.type == "cpu":
+            keep_freed_memory()  # before the model: its blocks come from the kept heap too
         self.verifier = build_verifier(cfg.reward.verifier)
         self.pool = (
             VerifierPool(cfg.reward.verifier, cfg.reward.workers, cfg.reward.timeout_s)

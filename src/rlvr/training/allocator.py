@@ -1,0 +1,62 @@
+"""Keep the memory a CPU training process frees for its own reuse.
+
+A GRPO step on the CPU frees and allocates the same large blocks every step: the gradients
+(freed after each update), the rollout engine's packed weight copies (dropped after each
+rollout), the logits of the log-prob head, the activations. glibc's malloc serves blocks above
+its mmap threshold (128 KiB to 32 MiB, adjusted as it goes) with fresh `mmap`s that `free` hands
+back to the kernel, and trims the top of the heap when more than the trim threshold is free. The
+next step then touches those pages anew, one page fault each (the kernel zero-fills every 4 KiB
+page). SmolLM2-135M: ~190k minor page faults per step, about 0.5 s of kernel time of a ~7 s step
+on the 2-core machine the project is tested on.
+
+`keep_freed_memory` sets glibc's M_MMAP_MAX to 0 (every block comes from the heap) and
+M_TRIM_THRESHOLD to its maximum (freed memory is not returned), so freed blocks are reused
+without faults. The process's peak resident memory is what it holds at its busiest moment
+either way; what changes is that memory freed after that peak stays with the process instead of
+going back to the system (measured: SmolLM2 step peak 3323-3345 -> 3357-3392 MiB, faults per
+step ~190k -> ~23k). It is process-wide, it is what PyTorch's caching allocators do on GPUs,
+and it is a no-op where the C library is not glibc. `training.keep_freed_memory` switches it
+(on by default for a policy on the CPU). Decision: mallopt rather than asking users for
+LD_PRELOAD=jemalloc, so that `rlvr train` is fast without a setup step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any
+
+_M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
+_M_MMAP_MAX = -4
+_INT_MAX = 2**31 - 1  # mallopt takes an int
+
+_applied = False
+
+
+def glibc_mallopt() -> Any | None:
+    """glibc's `mallopt` of this process (int, int) -> int, or None off Linux or without glibc."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)  # the symbols already loaded into this process
+        libc.gnu_get_libc_version  # noqa: B018  glibc only (musl has a no-op mallopt)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return None
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return mallopt
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep freed memory for reuse (see the module docstring). Returns
+    whether the setting is in effect: False off Linux or without glibc. Idempotent."""
+    global _applied
+    if not _applied:
+        mallopt = glibc_mallopt()
+        _applied = (
+            mallopt is not None
+            and mallopt(_M_MMAP_MAX, 0) == 1
+            and mallopt(_M_TRIM_THRESHOLD, _INT_MAX) == 1
+        )
+    return _applied
