@@ -117,9 +117,15 @@ def test_fused_values_and_gradients_equal_checkpointed_and_full_softmax(
     assert (fused[1] < torch.log(torch.tensor(VOCAB - 1.0))).all()  # not uniform
 
 
-def test_cache_sized_row_blocks_inside_a_chunk_cover_every_row(monkeypatch: pytest.MonkeyPatch):
-    # blocks of 3 rows in chunks of 8: full and partial blocks, in full and partial chunks
-    monkeypatch.setattr(logprobs_module, "_BLOCK_ELEMENTS", 3 * VOCAB + 1)
+@pytest.mark.parametrize("block", [1, 3, VOCAB - 1])
+def test_vocabulary_blocks_give_the_full_softmax_values_and_gradients(
+    monkeypatch: pytest.MonkeyPatch, block: int
+):
+    # blocks of one entry, full blocks with a partial last one, and a last block of one entry:
+    # the online logsumexp and entropy must rescale exactly (chunks of 8 and 5 rows)
+    monkeypatch.setattr(logprobs_module, "_BLOCK_ELEMENTS", HIDDEN * block)
+    assert logprobs_module._vocab_block(8, VOCAB, HIDDEN) == block
+    assert logprobs_module._vocab_block(5, VOCAB, HIDDEN) == block
     model = _model()
     hidden, targets, weights = _inputs()
     fused = _run(model, hidden, targets, weights, temperature=0.7, chunk_size=8)

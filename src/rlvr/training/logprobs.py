@@ -258,10 +258,17 @@ def _fused_head(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, float] 
     return weight, (scale / divisor if divisor else scale)
 
 
-# Rows of a [chunk, V] block handled together by the fused forward's elementwise passes: about
-# 8 MiB of float32, so a block (and its exp buffer) stays in a server CPU's last-level cache from
-# the max to the entropy's sum, while few enough blocks keep the per-op overhead small.
+# Logits computed at a time by the fused head: [rows, B] for a vocabulary block of B entries,
+# about 8 MiB of float32, so a block of logits (and of its weight rows) stays in a CPU's
+# last-level cache through its passes; the head never materialises [rows, V] (for SmolLM2's
+# 49152-entry vocabulary and 512 positions that would be 100 MB, for Qwen's 151936 300 MB).
 _BLOCK_ELEMENTS = 1 << 21
+
+
+def _vocab_block(rows: int, vocab: int, hidden: int) -> int:
+    """Vocabulary entries per block: [rows, B] logits and [B, H] weight rows of at most
+    _BLOCK_ELEMENTS each (at least one entry, at most the vocabulary)."""
+    return max(1, min(vocab, _BLOCK_ELEMENTS // max(rows, 1), _BLOCK_ELEMENTS // max(hidden, 1)))
 
 
 def _fused_chunk_forward(
@@ -269,32 +276,47 @@ def _fused_chunk_forward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(log p(target), logsumexp, entropy or None) of one chunk, [c] each, without autograd.
 
-    With z = (s·h) @ Wᵀ, m = max_v z_v and the shifted logits u = z − m ≤ 0 (so exp never
-    overflows): S = Σ_v e^u_v, logsumexp(z) = m + log S, log p(t) = z_t − logsumexp(z), and
-    H = −Σ_v p_v log p_v = log S − Σ_v e^u_v u_v / S, since log p_v = u_v − log S. The shift
-    happens in place on z; the passes after the matmul run a few rows at a time, so each block
-    is read from memory once and e^u · u reuses one small buffer (torch's sum, unlike a batched
-    dot product, sums pairwise: float32 entropies stay accurate over a large vocabulary).
+    With z = (s·h) @ Wᵀ computed one vocabulary block z_b at a time, an online logsumexp: m =
+    the running max, S = Σ e^(z − m) and B = Σ e^(z − m)(z − m) so far; a block with max m'
+    rescales them, S' = e^(m − m') S + Σ_b e^(z − m'), B' = e^(m − m') (B + (m − m') S) +
+    Σ_b e^(z − m')(z − m'). At the end logsumexp(z) = m + log S, log p(t) = z_t − logsumexp(z)
+    (z_t read from its block) and H = −Σ_v p_v log p_v = log S − B / S, since log p_v =
+    (z_v − m) − log S. Every exponent is ≤ 0 (no overflow); torch's sums are pairwise, so float32
+    entropies stay accurate over a large vocabulary.
     """
-    logits = torch.mm(scaled_hidden, weight.t())
-    target_logits = logits.gather(1, targets[:, None]).squeeze(1)
-    rows, vocab = logits.shape
-    lse = logits.new_empty(rows)
-    entropy = logits.new_empty(rows) if with_entropy else None
-    step = max(1, _BLOCK_ELEMENTS // max(vocab, 1))
-    buffer = logits.new_empty(min(step, rows), vocab) if with_entropy else None
-    for start in range(0, rows, step):
-        block = logits[start : start + step]
-        top = block.amax(1, keepdim=True)
-        shifted = block.sub_(top)
-        if buffer is None:
-            log_total = shifted.exp_().sum(1).log_()
+    rows, vocab = scaled_hidden.shape[0], weight.shape[0]
+    step = _vocab_block(rows, vocab, weight.shape[1])
+    target_logits = scaled_hidden.new_zeros(rows)
+    top = total = weighted = None
+    for start in range(0, vocab, step):
+        block = torch.mm(scaled_hidden, weight[start : start + step].t())  # z_b [c, B]
+        inside = (targets >= start) & (targets < start + block.shape[1])
+        column = (targets - start).clamp_(0, block.shape[1] - 1)
+        target_logits = torch.where(
+            inside, block.gather(1, column[:, None]).squeeze(1), target_logits
+        )
+        block_top = block.amax(1)
+        new_top = block_top if top is None else torch.maximum(top, block_top)
+        shifted = block.sub_(new_top[:, None])  # z_b − m', in place
+        if with_entropy:
+            exp_shifted = torch.exp(shifted)
+            block_total = exp_shifted.sum(1)
+            block_weighted = exp_shifted.mul_(shifted).sum(1)
         else:
-            exp_shifted = torch.exp(shifted, out=buffer[: block.shape[0]])
-            total = exp_shifted.sum(1)
-            log_total = total.log()
-            entropy[start : start + step] = log_total - exp_shifted.mul_(shifted).sum(1) / total
-        lse[start : start + step] = top.squeeze(1) + log_total
+            block_total = shifted.exp_().sum(1)
+            block_weighted = None
+        if top is None:
+            total, weighted = block_total, block_weighted
+        else:
+            drop = top - new_top  # m − m' ≤ 0
+            rescale = drop.exp()
+            if with_entropy:
+                weighted = rescale * (weighted + drop * total) + block_weighted
+            total = total * rescale + block_total
+        top = new_top
+    log_total = total.log()
+    lse = top + log_total
+    entropy = log_total - weighted / total if with_entropy else None
     return target_logits - lse, lse, entropy
 
 
@@ -308,10 +330,11 @@ class _FusedTokenLogprobs(torch.autograd.Function):
         ∂L/∂h_k = s · g_k · (W[t_k] − p_k @ W)
         ∂L/∂W   = Σ_k onehot(t_k) ⊗ (s g_k h_k) − pᵀ @ (s g h)
 
-    so the [c, V] block is touched only by the recomputing matmul, one in-place shift-and-exp
-    and the two matmuls; the per-row factor s·g scales [c, H] rows instead of [c, V] ones, and
-    the one-hot terms are a row gather and an index_add on W's rows. ∂L/∂W is
-    accumulated in one [V, H] buffer across chunks; when W is also the input embedding
+    one vocabulary block of p at a time (`_vocab_block`): each [c, B] block is touched only by
+    the recomputing matmul, one in-place shift-and-exp and the two matmuls, p_k @ W sums over
+    the blocks, and ∂L/∂W is written block by block; the per-row factor s·g scales [c, H] rows
+    instead of [c, V] ones, and the one-hot terms are a row gather and an index_add on W's rows.
+    ∂L/∂W is accumulated in one [V, H] buffer across chunks; when W is also the input embedding
     (tied weights), autograd adds it to the embedding's gradient.
     """
 
@@ -350,23 +373,33 @@ class _FusedTokenLogprobs(torch.autograd.Function):
         hidden, weight, targets, lse = ctx.saved_tensors
         need_hidden, need_weight = ctx.needs_input_grad[:2]
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight: torch.Tensor | None = None
-        for start in range(0, hidden.shape[0], ctx.chunk_size):
+        grad_weight = torch.empty_like(weight) if need_weight else None
+        vocab = weight.shape[0]
+        for first, start in enumerate(range(0, hidden.shape[0], ctx.chunk_size)):
             rows = slice(start, start + ctx.chunk_size)
             t = targets[rows]
-            row_scale = grad_logprobs[rows, None] * ctx.scale  # s·g_k, [c, 1]
             scaled = hidden[rows] * ctx.scale
-            # p = exp(z − logsumexp(z)), in place on the recomputed logits
-            probs = torch.mm(scaled, weight.t()).sub_(lse[rows, None]).exp_()
+            weighted = scaled * grad_logprobs[rows, None]  # s g_k h_k, [c, H]
+            expected = None  # p_k @ W, [c, H], summed over the vocabulary blocks
+            step = _vocab_block(scaled.shape[0], vocab, weight.shape[1])
+            for v in range(0, vocab, step):
+                w_block = weight[v : v + step]
+                # p = exp(z − logsumexp(z)), in place on the recomputed block of logits
+                probs = torch.mm(scaled, w_block.t()).sub_(lse[rows, None]).exp_()
+                if need_hidden:
+                    if expected is None:
+                        expected = torch.mm(probs, w_block)
+                    else:
+                        expected.addmm_(probs, w_block)
+                if need_weight:
+                    if first == 0:  # the first chunk writes the block, later ones add to it
+                        torch.mm(probs.t(), weighted, out=grad_weight[v : v + step]).neg_()
+                    else:
+                        grad_weight[v : v + step].addmm_(probs.t(), weighted, alpha=-1)
             if need_hidden:
-                expected_row = torch.mm(probs, weight)  # p_k @ W, [c, H]
-                grad_hidden[rows] = (weight.index_select(0, t) - expected_row).mul_(row_scale)
+                row_scale = grad_logprobs[rows, None] * ctx.scale  # s·g_k, [c, 1]
+                grad_hidden[rows] = (weight.index_select(0, t) - expected).mul_(row_scale)
             if need_weight:
-                weighted = scaled.mul_(grad_logprobs[rows, None])  # s g_k h_k, [c, H]
-                if grad_weight is None:
-                    grad_weight = torch.mm(probs.t(), weighted.neg())
-                else:
-                    grad_weight.addmm_(probs.t(), weighted, alpha=-1)
                 grad_weight.index_add_(0, t, weighted)
         return grad_hidden, grad_weight, None, None, None, None
 
