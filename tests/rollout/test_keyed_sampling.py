@@ -61,6 +61,20 @@ def test_keyed_draws_follow_the_distribution():
     torch.testing.assert_close(logprobs, probs.log()[tokens])
 
 
+def test_uniforms_given_directly_draw_what_the_keys_draw():
+    # what FastEngine does: each row's uniforms for every position at once, one gather per step
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 50, generator=gen) * 3
+    keys, at = row_keys(9, torch.arange(64)), torch.randint(0, 16, (64,), generator=gen)
+    table = keyed_uniform(keys.unsqueeze(1), torch.arange(16).unsqueeze(0))  # [rows, positions]
+    assert torch.equal(table[torch.arange(64), at], keyed_uniform(keys, at))
+    for params in (SamplingParams(temperature=0.7), SamplingParams(temperature=1.0, top_p=0.9)):
+        keyed = sample_next(logits, params, keys=keys, positions=at)
+        direct = sample_next(logits, params, uniforms=table[torch.arange(64), at])
+        assert torch.equal(keyed[0], direct[0]) and torch.equal(keyed[1], direct[1])
+    assert len(set(keyed[0].tolist())) > 10
+
+
 def test_keyed_draws_respect_top_k_and_top_p():
     logits = torch.tensor([[3.0, 2.0, 1.0, 0.0, -1.0]]).expand(5000, -1)
     keys, at = row_keys(0, torch.arange(5000)), torch.zeros(5000, dtype=torch.long)

@@ -27,7 +27,13 @@ import torch
 from rlvr.rollout.hf_engine import FINISH_REASONS, HFEngine
 from rlvr.rollout.kv_cache import SlotKVCache
 from rlvr.rollout.llama_decoder import LlamaFamilyDecoder, sliding_window, unsupported_reason
-from rlvr.rollout.sampling import check_sampling_params, row_keys, sample_next, sampling_seed
+from rlvr.rollout.sampling import (
+    check_sampling_params,
+    keyed_uniform,
+    row_keys,
+    sample_next,
+    sampling_seed,
+)
 from rlvr.rollout.types import RolloutBatch, SamplingParams
 
 _LENGTH, _EOS, _STOP = (FINISH_REASONS.index(r) for r in ("length", "eos", "stop"))
@@ -239,7 +245,15 @@ class _Rollout:
         self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # next feed pos
         self.active = torch.zeros(slots, dtype=torch.bool, device=device)
         self.row_keys = keys.to(device)  # [num_rows] sampling key of each row
-        self.slot_keys = torch.zeros(slots, dtype=torch.long, device=device)
+        # The uniform numbers of every completion position of each slot's row, computed when the
+        # row takes the slot: one gather per step instead of the ~25 small ops of keyed_uniform
+        # (the same values, so the same draws). Greedy decoding draws nothing.
+        self.slot_uniforms = (
+            torch.zeros((slots, max_new), dtype=torch.float64, device=device)
+            if sampling.temperature > 0
+            else None
+        )
+        self.completion_positions = torch.arange(max_new, device=device)
         self.logits: torch.Tensor | None = None  # [slots, V] next-token logits
         self.slot_row = [-1] * slots
         # Host mirror of the cache length each busy slot uses: positions[s] + 1 equals
@@ -300,7 +314,11 @@ class _Rollout:
             length = prefix.keys[0].shape[1]
             self.positions[index] = length
             self.generated[index] = 0
-            self.slot_keys[index] = self.row_keys[[self.slot_row[s] for s in slots]]
+            if self.slot_uniforms is not None:
+                keys = self.row_keys[[self.slot_row[s] for s in slots]]
+                self.slot_uniforms[index] = keyed_uniform(
+                    keys.unsqueeze(1), self.completion_positions.unsqueeze(0)
+                )
             self.active[index] = True
             for slot in slots:
                 self.slot_offset[slot] = length + 1 - self.forwards
@@ -349,7 +367,7 @@ class _Rollout:
             self.token_logprobs,
             self.generated,
             self.positions,
-            self.slot_keys,
+            *([self.slot_uniforms] if self.slot_uniforms is not None else []),
         ):
             state[: len(busy)] = state[index]
         self.logits[: len(busy)] = self.logits[index]
@@ -372,10 +390,11 @@ class _Rollout:
             logits = self.logits[:width]
             active = self.active[:width]
             generated = self.generated[:width]
-            tokens, logprobs = sample_next(
-                logits, sampling, keys=self.slot_keys[:width], positions=generated
-            )
             column = generated.unsqueeze(-1)  # idle slots sit at column 0, busy ones < max_new
+            uniforms = None
+            if self.slot_uniforms is not None:
+                uniforms = self.slot_uniforms[:width].gather(1, column).squeeze(1)
+            tokens, logprobs = sample_next(logits, sampling, uniforms=uniforms)
             self.tokens[:width].scatter_(1, column, tokens.unsqueeze(-1))
             self.token_logprobs[:width].scatter_(1, column, logprobs.unsqueeze(-1))
             generated += active

@@ -115,6 +115,7 @@ def sample_next(
     *,
     keys: torch.Tensor | None = None,
     positions: torch.Tensor | None = None,
+    uniforms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row from next-token logits [B, V].
 
@@ -125,6 +126,8 @@ def sample_next(
         draw is the inverse CDF at u = keyed_uniform(key, position): the first token whose
         cumulative probability (float64, vocabulary order) exceeds u. Without keys it is
         torch.multinomial with `generator` (which must live on the logits' device).
+        `uniforms` [B] (float64) are those u given directly: an engine that computed
+        keyed_uniform for all of a row's positions when the row started passes them per step.
     Returns (tokens [B] long, logprobs [B] float32).
     """
     logits = logits.float()
@@ -134,7 +137,9 @@ def sample_next(
     else:
         filtered = filter_logits(logits, params.temperature, params.top_k, params.top_p)
         logprobs = filtered.log_softmax(dim=-1)
-        if keys is None:
+        if uniforms is not None:
+            tokens = _inverse_cdf(logprobs, uniforms.to(logits.device))
+        elif keys is None:
             tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
         else:
             if positions is None:
