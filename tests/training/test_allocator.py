@@ -10,7 +10,10 @@ import textwrap
 import pytest
 
 import rlvr.training.grpo as grpo
+from rlvr.config import load_config, to_dict
+from rlvr.errors import UserError
 from rlvr.training.allocator import glibc_mallopt
+from rlvr.training.checkpoint import check_same_config
 
 # In a child process, so the setting does not leak into this one: the minor page faults of
 # filling a 64 MiB tensor after the same allocation was made and freed a few times (the heap
@@ -53,3 +56,17 @@ def test_the_trainer_keeps_freed_memory_only_when_asked(train_embedded, monkeypa
     monkeypatch.setattr(grpo, "keep_freed_memory", lambda: calls.append(1) or True)
     train_embedded("run", "training.steps=1", f"training.keep_freed_memory={enabled}")
     assert calls == ([1] if enabled else [])
+
+
+def test_resuming_may_change_the_setting_or_predate_it(tmp_path):
+    import yaml
+
+    saved = to_dict(load_config(None, []))
+    del saved["training"]["keep_freed_memory"]  # a run from before the key existed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    for value in (True, False):
+        check_same_config(
+            to_dict(load_config(None, [f"training.keep_freed_memory={value}"])), tmp_path
+        )
+    with pytest.raises(UserError, match="optimizer.lr"):  # what changes results still counts
+        check_same_config(to_dict(load_config(None, ["optimizer.lr=1e-3"])), tmp_path)

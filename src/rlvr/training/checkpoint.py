@@ -225,13 +225,18 @@ def restore_rng_state(state: dict, python_rngs: dict[str, Any], torch_gens: dict
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# Config keys that change how fast a run computes, not what it computes.
+RESULT_NEUTRAL_KEYS = frozenset({"training.keep_freed_memory"})
+
+
 def check_same_config(
     config: dict, run_dir: Path, *, allow_change: bool = False, warn: Any = print
 ) -> None:
     """Resuming with another config would not reach the run's result: name the differing keys.
 
-    `logging.*` keys may differ (where metrics go does not change the weights). With
-    `allow_change` (--allow-config-change) the difference is passed to `warn` instead.
+    `logging.*` keys may differ (where metrics go does not change the weights), and so may
+    `RESULT_NEUTRAL_KEYS`, also when the run's config.yaml predates them. With `allow_change`
+    (--allow-config-change) the difference is passed to `warn` instead.
     """
     import yaml
 
@@ -243,7 +248,7 @@ def check_same_config(
     saved = _flat(yaml.safe_load(path.read_text()) or {})
     now = _flat(config)
     diff = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
-    diff = [k for k in diff if not k.startswith("logging.")]
+    diff = [k for k in diff if not k.startswith("logging.") and k not in RESULT_NEUTRAL_KEYS]
     if diff:
         k = diff[0]
         what = (
