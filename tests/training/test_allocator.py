@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 import rlvr.training.grpo as grpo
+import rlvr.training.sft as sft
 from rlvr.config import load_config, to_dict
 from rlvr.errors import UserError
 from rlvr.training.allocator import glibc_mallopt
@@ -70,3 +71,19 @@ def test_resuming_may_change_the_setting_or_predate_it(tmp_path):
         )
     with pytest.raises(UserError, match="optimizer.lr"):  # what changes results still counts
         check_same_config(to_dict(load_config(None, ["optimizer.lr=1e-3"])), tmp_path)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_sft_keeps_freed_memory_only_when_asked(tmp_path, tiny_model_dir, monkeypatch, enabled):
+    calls = []
+    monkeypatch.setattr(sft, "keep_freed_memory", lambda: calls.append(1) or True)
+    overrides = [
+        f"model.name_or_path={tiny_model_dir}",
+        "data.num_examples=8",
+        "training.batch_size=8",
+        "eval.size=0",
+        f"training.keep_freed_memory={enabled}",
+    ]
+    cfg = load_config(None, overrides, schema=sft.SFTConfig)
+    sft.run_sft(cfg, tmp_path / "run", log=lambda _: None, progress=False)
+    assert calls == ([1] if enabled else [])

@@ -46,6 +46,7 @@ from rlvr.config import (
     validate_model,
 )
 from rlvr.errors import ConfigError, DataError, UserError
+from rlvr.training.allocator import keep_freed_memory
 from rlvr.training.checkpoint import (
     check_same_config,
     latest_checkpoint,
@@ -93,6 +94,11 @@ class SFTTrainingConfig:
     packing: bool = _f(True, "pack several examples per row (block-diagonal attention)")
     pack_length: int = _f(0, "tokens per packed row (0 = the longest example)", ge=0)
     seed: int = _f(0, "seed of the data order and of dropout")
+    keep_freed_memory: bool = _f(
+        True,
+        "model on the CPU: keep the memory the process frees for reuse instead of returning it "
+        "to the kernel (glibc malloc settings, process-wide); docs/training-speed.md",
+    )
 
 
 @dataclass
@@ -483,6 +489,8 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
     torch.manual_seed(t.seed)
     device = resolve_device(cfg.model.device)
     dtype = resolve_dtype(cfg.model.dtype, device)
+    if t.keep_freed_memory and device.type == "cpu":
+        keep_freed_memory()
     verifier = build_verifier(cfg.reward.verifier)
     task = build_task(cfg.task)
     tokenizer = load_tokenizer(
