@@ -367,9 +367,10 @@ class _Rollout:
             self.token_logprobs,
             self.generated,
             self.positions,
-            *([self.slot_uniforms] if self.slot_uniforms is not None else []),
+            self.slot_uniforms,  # None when greedy
         ):
-            state[: len(busy)] = state[index]
+            if state is not None:
+                state[: len(busy)] = state[index]
         self.logits[: len(busy)] = self.logits[index]
         self.active[: len(busy)] = True
         self.active[len(busy) :] = False
