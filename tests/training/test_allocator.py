@@ -1,5 +1,5 @@
-"""training.keep_freed_memory: freed blocks are reused without page faults; the trainer applies
-the setting only when asked and only for a policy on the CPU."""
+"""training.keep_freed_memory: freed blocks stay with the process for reuse; the trainers apply
+the setting only when asked; resuming may change it."""
 
 from __future__ import annotations
 
@@ -16,39 +16,43 @@ from rlvr.errors import UserError
 from rlvr.training.allocator import glibc_mallopt
 from rlvr.training.checkpoint import check_same_config
 
-# In a child process, so the setting does not leak into this one: the minor page faults of
-# filling a 64 MiB tensor after the same allocation was made and freed a few times (the heap
-# takes a few rounds to settle: the first blocks come from growing it).
-_REFILL_FAULTS = textwrap.dedent(
+# In a child process, so the setting does not leak into this one: how much of a 64 MiB block
+# (allocated, touched and freed after the same was done a few times) leaves the resident set
+# when it is freed. glibc's default serves it with an mmap that free() unmaps; kept, the block
+# stays in the heap for later allocations to reuse. (Whether the very next allocation reuses it
+# depends on what was allocated around it, so page faults per allocation are not asserted here;
+# the trainer's steady state is measured in docs/training-speed.md, item 9.)
+_RELEASED_MIB = textwrap.dedent(
     """
-    import resource, sys
+    import sys
     import torch
     from rlvr.training.allocator import keep_freed_memory
     if sys.argv[1] == "keep":
         assert keep_freed_memory() and keep_freed_memory()  # idempotent
+    def resident_mib():
+        return int(open("/proc/self/statm").read().split()[1]) * 4096 // 2**20
     n = 16 * 2**20  # floats: 64 MiB
-    for _ in range(4):
-        torch.ones(n).sum()  # allocated, touched, freed
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    torch.ones(n).sum()
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    for _ in range(3):
+        torch.ones(n).sum()
+    block = torch.ones(n)
+    held = resident_mib()
+    del block
+    print(held - resident_mib())
     """
 )
 
 
-def _refill_faults(mode: str) -> int:
+def _released_mib(mode: str) -> int:
     out = subprocess.run(
-        [sys.executable, "-c", _REFILL_FAULTS, mode], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _RELEASED_MIB, mode], capture_output=True, text=True, check=True
     )
     return int(out.stdout.split()[-1])
 
 
 @pytest.mark.skipif(glibc_mallopt() is None, reason="glibc malloc settings: Linux/glibc only")
-def test_a_freed_block_is_reused_without_page_faults():
-    pages = 64 * 2**20 // 4096
-    # glibc's default: a 64 MiB block is an mmap that free() unmaps, so every page faults again
-    assert _refill_faults("default") > pages // 2
-    assert _refill_faults("keep") < pages // 20
+def test_a_freed_block_stays_with_the_process_for_reuse():
+    assert _released_mib("default") >= 60  # unmapped: its pages fault again when reallocated
+    assert _released_mib("keep") <= 4
 
 
 @pytest.mark.parametrize("enabled", [True, False])
