@@ -288,6 +288,29 @@ def test_rows_stay_prompt_major_when_later_rows_finish_first(tiny_llama, char_to
     assert_same_rollouts(batch, reference)
 
 
+def test_batch_narrows_once_an_eighth_of_the_slots_idle(tiny_llama, char_tokenizer, prompts):
+    # Nothing pending (5 rows, 5 slots): after each finish at least an eighth of the slots idle,
+    # so the busy rows move to the front and the next decode step runs only them. Decode
+    # call i then has exactly the rows longer than i tokens (a row finishing at call i is still
+    # fed once); the outputs are unchanged.
+    eos = early_eos_ids(HFEngine(tiny_llama, char_tokenizer, eos_token_ids=[]), prompts)
+    engine = FastEngine(tiny_llama, char_tokenizer, eos_token_ids=eos)
+    widths = []
+    decode = engine._decode
+
+    def spy(tokens, *args):
+        widths.append(tokens.shape[0])
+        return decode(tokens, *args)
+
+    engine._decode = spy
+    batch = engine.generate(prompts, 1, GREEDY)
+    lengths = [c.numel() for c in batch.completion_ids]
+    assert len(set(lengths)) > 2
+    assert widths == [sum(n > i for n in lengths) for i in range(len(widths))]
+    reference = HFEngine(tiny_llama, char_tokenizer, eos_token_ids=eos).generate(prompts, 1, GREEDY)
+    assert_same_rollouts(batch, reference)
+
+
 def test_n_samples_of_a_prompt_are_independent_draws(tiny_llama, char_tokenizer, prompts):
     batch = FastEngine(tiny_llama, char_tokenizer).generate(
         prompts[:2], 4, SamplingParams(max_new_tokens=6), torch.Generator().manual_seed(0)

@@ -208,6 +208,10 @@ class FastEngine:
 
 
 PACK_MIN_HIDDEN = 512  # measured: hidden 128 ran 0.77x as fast packed, hidden 576 1.56x
+# Narrow the batch once at least 1/_COMPACT_IDLE of the slots idle (nothing pending). Measured on
+# the embedded default's rollouts (128 slots, 2-3 ms decode steps): at "half idle" 19% of the
+# decoded rows were idle; at an eighth, decode time fell 13-25% (a compaction costs ~0.6 ms).
+_COMPACT_IDLE = 8
 
 
 class _Rollout:
@@ -425,7 +429,8 @@ class _Rollout:
                 self._fill(finished_slots)
                 if self.busy == 0:
                     break
-                if self.next_row >= self.num_rows and not engine.compile and 2 * self.busy <= width:
+                narrow = (width - self.busy) * _COMPACT_IDLE >= width
+                if narrow and self.next_row >= self.num_rows and not engine.compile:
                     width = self._compact(width)
         completions, logprobs, reasons = zip(*self.results, strict=True)
         return list(completions), list(logprobs), list(reasons)
