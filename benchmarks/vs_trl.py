@@ -13,10 +13,12 @@ What it measures (docs/benchmarks.md has the why and the fairness notes):
 4. memory      peak resident memory (ru_maxrss) of each library's process after the step phase.
 5. time to accuracy  on the embedded default (addition, exact_answer, 16 prompts x 8, lr 1e-4):
                training wall time until held-out greedy accuracy first reaches --tta-threshold,
-               evaluated every --tta-every steps, evaluation time excluded; capped.
+               evaluated every --tta-every steps, evaluation time excluded; capped. Each library
+               runs it --tta-repeats times (default 2) in fresh processes, in ABBA order; the
+               mean time counts.
 
-Each library runs in its own process (benchmarks/_rlvr_peer.py, benchmarks/_trl_peer.py), one
-after the other. The last line printed is one JSON object: the ratios
+Each library runs in its own processes (benchmarks/_rlvr_peer.py, benchmarks/_trl_peer.py), one
+after the other, never at the same time. The last line printed is one JSON object: the ratios
 (`step_speedup_vs_trl`, `rollout_speedup_vs_generate`, `train_mfu`,
 `time_to_accuracy_speedup_vs_trl`), versions, peak memory, the settings and every raw
 measurement behind each ratio.
@@ -117,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     tta.add_argument("--tta-max-steps", type=int, default=100, help="step cap per library")
     tta.add_argument("--tta-max-seconds", type=float, default=300.0, help="training-time cap")
     tta.add_argument("--tta-eval-size", type=int, default=100, help="held-out problems")
+    tta.add_argument(
+        "--tta-repeats",
+        type=int,
+        default=2,
+        help="runs per library, each in a fresh process, alternating rlvr/TRL in ABBA order so "
+        "that a drift of the machine weighs on both sides alike; the mean time counts",
+    )
     tta.add_argument("--tta-prompts", type=int, default=16)
     tta.add_argument("--tta-group-size", type=int, default=8)
     tta.add_argument("--tta-max-new-tokens", type=int, default=64)
@@ -184,6 +193,7 @@ def check_args(args: argparse.Namespace) -> None:
         "tta_prompts",
         "tta_eval_size",
         "tta_max_new_tokens",
+        "tta_repeats",
         "rollout_repeats",
     ):
         if getattr(args, name) < 1:
@@ -326,8 +336,10 @@ def summarize(
     trl_runs: dict[str, dict[str, Any]],
     peak: dict[str, Any] | None,
     batches: list[int],
+    tta_runs: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
-    """The ratios, each next to the raw measurements it is computed from."""
+    """The ratios, each next to the raw measurements it is computed from. `tta_runs` holds each
+    library's time-to-accuracy runs ({"rlvr": [...], "trl": [...]})."""
     out: dict[str, Any] = {
         "step_speedup_vs_trl": None,
         "rollout_speedup_vs_generate": None,
@@ -390,9 +402,8 @@ def summarize(
         out["rollout_speedup_vs_generate_by_batch"] = {b: r["speedup"] for b, r in by_batch.items()}
         out["rollout_batch"] = int(key)
         raw["rollout"] = rlvr["rollout"]
-    trl_tta = next((r["tta"] for r in trl_runs.values() if "tta" in r), None)
-    if "tta" in rlvr and trl_tta is not None:
-        a, b = rlvr["tta"], trl_tta
+    if tta_runs and tta_runs.get("rlvr") and tta_runs.get("trl"):
+        a, b = combine_tta(tta_runs["rlvr"]), combine_tta(tta_runs["trl"])
         if a["reached"] and b["reached"]:
             out["time_to_accuracy_speedup_vs_trl"] = _ratio(b["seconds"], a["seconds"])
         elif a["reached"]:  # TRL did not get there within its cap: at least this much faster
@@ -409,6 +420,19 @@ def summarize(
     out["peak_memory_mib"] = memory
     out["raw"] = raw
     return out
+
+
+def combine_tta(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One library's time-to-accuracy runs as one: reached only if every run reached the
+    threshold; seconds and trained_s the mean over the runs; the runs themselves under "runs"."""
+    reached = all(r["reached"] for r in runs)
+    return {
+        "reached": reached,
+        "seconds": sum(r["seconds"] for r in runs) / len(runs) if reached else None,
+        "steps": [r["steps"] for r in runs],
+        "trained_s": sum(r["trained_s"] for r in runs) / len(runs),
+        "runs": runs,
+    }
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -508,36 +532,48 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tta_gc": "off",
             "trl_keep_freed_memory": args.trl_keep_freed_memory,
         }
-        rlvr_phases = [p for p in PARTS if p in parts]
-        rlvr = run_peer(
-            "rlvr",
-            "_rlvr_peer.py",
-            {
-                **base,
-                "phases": rlvr_phases,
-                "rollout_batches": batches,
-                "rollout_repeats": args.rollout_repeats,
-            },
-            work,
-            args.peer_timeout,
-        )
+        rlvr: dict[str, Any] = {}
+        rlvr_phases = [p for p in PARTS if p in parts and p != "tta"]
+        if rlvr_phases:
+            rlvr = run_peer(
+                "rlvr",
+                "_rlvr_peer.py",
+                {
+                    **base,
+                    "phases": rlvr_phases,
+                    "rollout_batches": batches,
+                    "rollout_repeats": args.rollout_repeats,
+                },
+                work,
+                args.peer_timeout,
+            )
         trl_runs: dict[str, dict[str, Any]] = {}
         gcs = (
             ["off", "on"]
             if args.trl_gradient_checkpointing == "both"
             else [args.trl_gradient_checkpointing]
         )
-        for i, gc in enumerate(gcs):
-            phases = [p for p in ("step", "tta") if p in parts and (p == "step" or i == 0)]
-            if phases:
+        if "step" in parts:
+            for gc in gcs:
                 trl_runs[gc] = run_peer(
                     f"trl-gc-{gc}",
                     "_trl_peer.py",
-                    {**base, "phases": phases, "gc": gc},
+                    {**base, "phases": ["step"], "gc": gc},
                     work,
                     args.peer_timeout,
                 )
-        result = summarize(args, rlvr, trl_runs, peak, batches)
+        # Time to accuracy: each run in a fresh process (no heap or thread state left by the
+        # SmolLM2 phases), the two libraries' runs next to each other in time, in ABBA order.
+        tta_runs: dict[str, list[dict[str, Any]]] = {"rlvr": [], "trl": []}
+        for rep in range(args.tta_repeats if "tta" in parts else 0):
+            for lib in ("rlvr", "trl") if rep % 2 == 0 else ("trl", "rlvr"):
+                rep_work = work / f"tta-{rep}-{lib}"
+                rep_work.mkdir(parents=True, exist_ok=True)
+                spec = {**base, "work_dir": str(rep_work), "phases": ["tta"], "gc": "off"}
+                script = "_rlvr_peer.py" if lib == "rlvr" else "_trl_peer.py"
+                done = run_peer(f"{lib}-tta-{rep}", script, spec, work, args.peer_timeout)
+                tta_runs[lib].append(done["tta"])
+        result = summarize(args, rlvr, trl_runs, peak, batches, tta_runs)
     finally:
         if not args.keep_work_dir and args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -567,6 +603,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "tta_overrides": tta,
         "tta_threshold": args.tta_threshold,
         "tta_every": args.tta_every,
+        "tta_repeats": args.tta_repeats,
         "tta_max_steps": args.tta_max_steps,
         "tta_max_seconds": args.tta_max_seconds,
         "tta_trl_gradient_checkpointing": "off",

@@ -126,23 +126,34 @@ def _rlvr_result(reached: bool = True) -> dict:
         "rollout": {
             "by_batch": {"8": {"speedup": 3.5}, "16": {"speedup": 4.0}},
         },
-        "tta": {"reached": reached, "seconds": 10.0 if reached else None, "trained_s": 40.0},
     }
 
 
-def _trl_runs(reached: bool = True) -> dict:
+def _trl_runs() -> dict:
     return {
-        "off": {
-            "step": {"step_time_s": [8.0, 9.0, 10.0], "peak_rss_mib": 800.0},
-            "tta": {"reached": reached, "seconds": 50.0 if reached else None, "trained_s": 70.0},
-        },
+        "off": {"step": {"step_time_s": [8.0, 9.0, 10.0], "peak_rss_mib": 800.0}},
         "on": {"step": {"step_time_s": [6.0, 7.0, 50.0], "peak_rss_mib": 600.0}},
+    }
+
+
+def _tta(seconds: list[float | None], trained: list[float]) -> list[dict]:
+    return [
+        {"reached": s is not None, "seconds": s, "steps": 35 if s else None, "trained_s": t}
+        for s, t in zip(seconds, trained, strict=True)
+    ]
+
+
+def _tta_runs(rlvr_reached: bool = True, trl_reached: bool = True) -> dict:
+    # two runs per library; TRL's second did not reach the threshold unless trl_reached
+    return {
+        "rlvr": _tta([9.0, 11.0] if rlvr_reached else [None, None], [30.0, 50.0]),
+        "trl": _tta([40.0, 60.0 if trl_reached else None], [40.0, 100.0]),
     }
 
 
 def test_summary_computes_each_ratio_from_its_raw_measurements():
     peak = {"gflops": 0.001}  # 1 MFLOP/s keeps the numbers readable
-    out = vs_trl.summarize(_args(), _rlvr_result(), _trl_runs(), peak, [8, 16])
+    out = vs_trl.summarize(_args(), _rlvr_result(), _trl_runs(), peak, [8, 16], _tta_runs())
     # medians: rlvr 2.0 s; TRL off 9.0 s, on 7.0 s -> the faster (on) is the one compared
     assert out["trl_gradient_checkpointing"] == "on"
     assert out["step_speedup_vs_trl"] == pytest.approx(7.0 / 2.0)
@@ -153,7 +164,12 @@ def test_summary_computes_each_ratio_from_its_raw_measurements():
     assert out["train_mfu_row_tokens"] == pytest.approx(6 * 1000 * 150 * 3 / 2.0 / 1e6)
     assert out["rollout_speedup_vs_generate"] == 3.5 and out["rollout_batch"] == 8
     assert out["rollout_speedup_vs_generate_by_batch"] == {"8": 3.5, "16": 4.0}
+    # the mean over each library's runs: TRL (40 + 60) / 2, rlvr (9 + 11) / 2
     assert out["time_to_accuracy_speedup_vs_trl"] == pytest.approx(50.0 / 10.0)
+    assert len(out["raw"]["tta"]["rlvr"]["runs"]) == 2 and out["raw"]["tta"]["trl"]["steps"] == [
+        35,
+        35,
+    ]
     assert out["raw"]["step"]["trl_median_step_s_by_gradient_checkpointing"] == {
         "off": 9.0,
         "on": 7.0,
@@ -161,12 +177,14 @@ def test_summary_computes_each_ratio_from_its_raw_measurements():
 
 
 def test_time_to_accuracy_not_reached_is_reported_not_invented():
-    out = vs_trl.summarize(_args(), _rlvr_result(), _trl_runs(reached=False), None, [8])
+    runs = _tta_runs(trl_reached=False)
+    out = vs_trl.summarize(_args(), _rlvr_result(), _trl_runs(), None, [8], runs)
     assert out["time_to_accuracy_speedup_vs_trl"] is None
-    assert out["time_to_accuracy"]["trl"] == "not reached"
-    # TRL trained 70 s without reaching it; rlvr needed 10 s: at least 7x
+    assert out["time_to_accuracy"]["trl"] == "not reached"  # one of its runs did not
+    # TRL trained 70 s on average without reaching it every time; rlvr needed 10 s: >= 7x
     assert out["time_to_accuracy_speedup_vs_trl_lower_bound"] == pytest.approx(7.0)
-    neither = vs_trl.summarize(_args(), _rlvr_result(False), _trl_runs(False), None, [8])
+    runs = _tta_runs(rlvr_reached=False, trl_reached=False)
+    neither = vs_trl.summarize(_args(), _rlvr_result(), _trl_runs(), None, [8], runs)
     assert neither["time_to_accuracy_speedup_vs_trl"] is None
     assert "time_to_accuracy_speedup_vs_trl_lower_bound" not in neither
 
@@ -204,6 +222,7 @@ def test_benchmark_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
     cmd += ["off", "--tta-model", model, "--tta-threshold", "0", "--tta-every", "1"]
     cmd += ["--tta-max-steps", "2", "--tta-prompts", "2", "--tta-group-size", "4"]
     cmd += ["--tta-eval-size", "4", "--tta-max-new-tokens", "6", "--threads", "1"]
+    cmd += ["--tta-repeats", "1"]
     cmd += ["--matmul-size", "128", "--matmul-seconds", "0.05", "--work-dir", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
