@@ -84,15 +84,22 @@ class SlotKVCache:
             self.values[layer][:width, :, :length],
         )
 
-    def load_prefix(
-        self, slots: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]
+    def load_prefixes(
+        self,
+        slots: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        rows: torch.Tensor,
     ) -> None:
-        """Copy one prompt's cache (per layer [kv_heads, P, head_dim]) into positions 0..P-1 of
-        every slot in `slots`: the prompt was prefilled once and is shared by its samples."""
-        length = keys[0].shape[1]
+        """Copy prompt caches into slots: slot `slots[i]` gets row `rows[i]` of a batched
+        prefill (per layer keys/values [B, kv_heads, P, head_dim], right-padded to P) at
+        positions 0..P-1, so a prompt prefilled once is shared by its samples. Positions at or
+        past a row's own prompt length receive padding; a slot writes them before it can
+        attend to them (attention covers a slot's positions up to its current one only)."""
+        length = keys[0].shape[2]
         for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
-            self.keys[layer][slots, :, :length] = k.unsqueeze(0)
-            self.values[layer][slots, :, :length] = v.unsqueeze(0)
+            self.keys[layer][slots, :, :length] = k[rows]
+            self.values[layer][slots, :, :length] = v[rows]
 
     def compact(self, source_slots: torch.Tensor, length: int) -> None:
         """Move slots `source_slots` (ascending) to slots 0..len-1, positions 0..length-1, so a
