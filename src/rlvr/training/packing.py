@@ -194,7 +194,7 @@ def pack_groups_to_budget(
     wholes = [p + sum(completion_lengths[i] for i in g) for p, g in zip(prompts, groups)]
     longest = max(p + completion_lengths[o[0]] for p, o in zip(prompts, orders))
     ceiling = max(longest, min(max(wholes), token_budget))
-    best: tuple[float, list[Unit], list[int], int] | None = None
+    best: tuple[float, list[Unit], list[list[int]], list[tuple[list[int], int]]] | None = None
     capacities = sorted({min(longest + j * longest // 8, ceiling) for j in range(121)})
     for capacity in capacities:
         units: list[Unit] = []
@@ -208,20 +208,14 @@ def pack_groups_to_budget(
                     units.append(unit)
                     lengths.append(length)
         rows_of = [len(u) for u in units]
-        _, fill, seq_rows = _first_fit_decreasing(lengths, capacity, max_rows, rows_of)
-        cost = 0.0
-        for batch, width in _batch_sequences(fill, seq_rows, token_budget, max_rows):
-            cost += len(batch) * width * (1.0 + pair_cost * width)
+        seqs, fill, seq_rows = _first_fit_decreasing(lengths, capacity, max_rows, rows_of)
+        batches = _batch_sequences(fill, seq_rows, token_budget, max_rows)
+        cost = sum(len(batch) * width * (1.0 + pair_cost * width) for batch, width in batches)
         if best is None or cost < best[0]:
-            best = (cost, units, lengths, capacity)
+            best = (cost, units, seqs, batches)
     assert best is not None
-    _, units, lengths, capacity = best
-    return [
-        [[units[j] for j in seq] for seq in mb]
-        for mb in _pack_sequences(
-            lengths, capacity, token_budget, max_rows, [len(u) for u in units]
-        )
-    ]
+    _, units, seqs, batches = best
+    return [[[units[j] for j in sorted(seqs[b])] for b in batch] for batch, _ in batches]
 
 
 def _split_sorted(
@@ -384,11 +378,11 @@ def pack_rows(
         parent_ids += [seg] * tail
     shape = (len(units), span)
 
-    def grid(values: list[int]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.long).view(shape)
-
     def flat(values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long)
+
+    def grid(values: list[int]) -> torch.Tensor:
+        return flat(values).view(shape)
 
     return PackedRows(
         rows=flat(rows),
