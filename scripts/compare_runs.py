@@ -1,0 +1,163 @@
+"""Prove a refactor computes what the code before it computed: the same runs, bit for bit.
+
+    python scripts/compare_runs.py --base REV [--scenario NAME ...] [--keep DIR]
+
+Checks out REV into a temporary git worktree, runs each scenario once with REV's source and once
+with this checkout's (`PYTHONPATH=<tree>/src`, one thread, `checkpoint.deterministic=true`), and
+compares the SHA-256 of `metrics.jsonl` and of the final weights (`final/model.safetensors`).
+Prints one JSON line per scenario and exits 1 when any pair differs. Hashes depend on the CPU's
+kernels (AVX2 vs AVX-512), so they are compared within one run on one machine, never across.
+
+Scenarios (each a few to ~40 seconds on a 2-core CPU):
+  default       `rlvr train` with no overrides (the embedded default, 60 steps, evaluations)
+  off_policy    the default with rollout.off_policy_steps=1 (background rollout, TIS)
+  padded_kl     padded micro-batches, KL in the loss, two updates per step (old log-probs)
+  dapo          dynamic sampling, overlong shaping and masking, token-mean loss
+  torchrun_ddp  torchrun with 2 ranks, replicated learner
+  torchrun_fsdp torchrun with 2 ranks, FSDP2-sharded learner
+  lora_kl       LoRA adapters, KL to the adapter-disabled reference
+  sft           `rlvr sft` on the embedded task's demonstrations
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DET = ["checkpoint.deterministic=true"]
+SHORT = ["training.steps=6", "eval.size=0", "logging.samples_every=0"]
+TORCHRUN = [
+    "training.steps=3",
+    "rollout.prompts_per_step=4",
+    "rollout.group_size=4",
+    "training.mini_batch_size=8",
+    "training.micro_batch_size=3",
+    "eval.size=0",
+    "logging.samples_every=0",
+    "optimizer.lr=3e-4",
+    "optimizer.warmup_steps=0",
+]
+
+# name -> (launcher, command and overrides)
+SCENARIOS: dict[str, tuple[str, list[str]]] = {
+    "default": ("python", ["train", *DET]),
+    "off_policy": ("python", ["train", *DET, "rollout.off_policy_steps=1", "training.steps=20"]),
+    "padded_kl": (
+        "python",
+        [
+            "train",
+            *DET,
+            *SHORT,
+            "training.token_budget=0",
+            "algorithm.kl_coef=0.05",
+            "training.ppo_epochs=2",
+            "training.mini_batch_size=64",
+            "algorithm.entropy_coef=0.01",
+        ],
+    ),
+    "dapo": (
+        "python",
+        [
+            "train",
+            *DET,
+            *SHORT,
+            "algorithm.dynamic_sampling=true",
+            "algorithm.loss_aggregation=token_mean",
+            "reward.overlong_buffer=8",
+            "reward.mask_truncated=true",
+            "algorithm.clip_ratio_high=0.28",
+        ],
+    ),
+    "torchrun_ddp": ("torchrun", ["train", *DET, *TORCHRUN, "algorithm.kl_coef=0.05"]),
+    "torchrun_fsdp": ("torchrun", ["train", *DET, *TORCHRUN, "distributed.strategy=fsdp"]),
+    "lora_kl": (
+        "python",
+        ["train", *DET, *SHORT, "model.lora_rank=8", "algorithm.kl_coef=0.05", "optimizer.lr=1e-3"],
+    ),
+    "sft": ("python", ["sft", *DET, "training.max_steps=20", "eval.size=50"]),
+}
+
+
+WALL_CLOCK = ("time_", "tokens_per_s", "memory_", "gpu_memory", "step_time_s", "wall_seconds")
+
+
+def sha256(path: Path) -> str | None:
+    if not path.exists():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def metrics_sha256(path: Path) -> str | None:
+    """The file's hash; where it holds wall-clock keys (`rlvr sft` writes them even in
+    deterministic mode), the hash of its rows without them, so only what the run computed counts."""
+    if not path.exists():
+        return None
+    text = path.read_text()
+    if not any(f'"{key}' in text for key in WALL_CLOCK):
+        return sha256(path)
+    rows = [json.loads(line) for line in text.splitlines()]
+    rows = [{k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in rows]
+    return "stripped:" + hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def run(src: Path, name: str, out: Path) -> dict[str, str | None]:
+    launcher, args = SCENARIOS[name]
+    env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
+    prefix = [sys.executable]
+    if launcher == "torchrun":
+        prefix += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    cmd = [*prefix, "-m", "rlvr", *args, "--output-dir", str(out), "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out.parent)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} with {src} failed:\n{proc.stderr[-3000:]}")
+    return {
+        "metrics": metrics_sha256(out / "metrics.jsonl"),
+        "weights": sha256(out / "final" / "model.safetensors"),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="git revision of the code before")
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--keep", help="keep the run directories under this folder")
+    args = parser.parse_args()
+    names = args.scenario or list(SCENARIOS)
+    root = Path(args.keep or tempfile.mkdtemp(prefix="compare-runs-"))
+    root.mkdir(parents=True, exist_ok=True)
+    base_tree = root / "base-tree"
+    if not base_tree.exists():
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base_tree), args.base],
+            check=True,
+            capture_output=True,
+        )
+    failed = False
+    try:
+        for name in names:
+            result = {"scenario": name}
+            for side, src in (("base", base_tree / "src"), ("head", ROOT / "src")):
+                out = root / f"{name}-{side}"
+                subprocess.run(["rm", "-rf", str(out)], check=True)
+                result[side] = run(src, name, out)
+            result["identical"] = result["base"] == result["head"]
+            failed |= not result["identical"]
+            print(json.dumps(result), flush=True)
+    finally:
+        if not args.keep:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],
+                capture_output=True,
+            )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
