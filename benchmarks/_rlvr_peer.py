@@ -135,7 +135,7 @@ def rollout_phase(spec: dict[str, Any], work: Path, trainer: Any | None) -> dict
     g = cfg.rollout.group_size
     sampling = trainer.sampling
     eos_ids = list(getattr(trainer.engine, "eos_token_ids", None) or [tok.eos_token_id])
-    pad_id = trainer.pad_id
+    pad_id = trainer.tokenizer.pad_token_id
     samples = prompt_stream(cfg, max(spec["rollout_batches"]) // g)
     prompts = [trainer.encode(s) for s in samples]
 
@@ -210,7 +210,7 @@ def tta_phase(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     threshold, cap = spec["tta_threshold"], spec["tta_max_seconds"]
     evals: list[dict[str, Any]] = []
     clock = {"start": 0.0, "eval_s": 0.0}
-    run_eval = trainer.run_eval
+    run_eval = trainer.evaluate
 
     def timed_eval() -> dict[str, float]:
         t = time.perf_counter()
@@ -222,7 +222,7 @@ def tta_phase(spec: dict[str, Any], work: Path) -> dict[str, Any]:
             raise _StopTraining
         return result
 
-    trainer.run_eval = timed_eval
+    trainer.evaluate = timed_eval
     clock["start"] = time.perf_counter()
     try:
         trainer.train()

@@ -139,19 +139,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UserError(error)
     resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
 
-    from rlvr.distributed.ray_mode import make_trainer
+    from rlvr.training.grpo import GRPOTrainer
 
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     resume = args.resume is not None
-    # GRPOTrainer, or with distributed.ray=true the Ray driver around it
-    trainer = make_trainer(
+    trainer = GRPOTrainer(
         cfg, run_dir, progress=not args.quiet, log=log, resume=resume, world=world
     )
     # Created only once the model has loaded: a failed start leaves nothing behind.
     if not resume and world.is_main:
         create_run_dir(run_dir)
     world.barrier()
-    from rlvr.training.grpo import TrainingInterrupted
+    from rlvr.training.run import TrainingInterrupted
 
     try:
         summary = trainer.train()

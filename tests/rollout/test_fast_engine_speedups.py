@@ -91,8 +91,10 @@ def test_unchanged_weights_are_not_fused_or_packed_again(
 def test_an_optimizer_step_is_used_by_the_next_call(
     tiny_llama, char_tokenizer, prompts, builds, pack, implementation
 ):
-    """Including a fused AdamW step, whose kernel does not bump version counters by itself
-    (`llama_decoder._count_fused_optimizer_steps`)."""
+    """Including a fused AdamW step, whose kernel does not bump version counters by itself:
+    the owner steps through `optimizer_step`, which bumps them (no global hook)."""
+    from rlvr.training.optim import optimizer_step
+
     if pack and not packing_available(tiny_llama):
         pytest.skip("this torch build has no oneDNN")
     engine = FastEngine(tiny_llama, char_tokenizer, max_batch_size=3, pack_weights=pack)
@@ -106,7 +108,7 @@ def test_an_optimizer_step_is_used_by_the_next_call(
     ids = torch.tensor([prompts[0] + prompts[2]])
     tiny_llama.train()
     tiny_llama(input_ids=ids, labels=ids).loss.backward()
-    optimizer.step()
+    optimizer_step(optimizer)
     tiny_llama.eval()
     built = dict(builds)
     after = engine.generate(prompts, 2, GREEDY)
@@ -115,6 +117,28 @@ def test_an_optimizer_step_is_used_by_the_next_call(
     assert_same_tokens(after, hf_greedy(tiny_llama, char_tokenizer, prompts))
     fresh = FastEngine(tiny_llama, char_tokenizer, max_batch_size=3, pack_weights=pack)
     assert_same_tokens(after, fresh.generate(prompts, 2, GREEDY))
+
+
+def test_building_an_engine_installs_no_process_wide_optimizer_hook(
+    tiny_llama, char_tokenizer, prompts
+):
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+    before = (dict(_global_optimizer_pre_hooks), dict(_global_optimizer_post_hooks))
+    FastEngine(tiny_llama, char_tokenizer, pack_weights=False).generate(prompts, 1, GREEDY)
+    assert (dict(_global_optimizer_pre_hooks), dict(_global_optimizer_post_hooks)) == before
+
+
+def test_a_fused_step_bumps_the_versions_of_exactly_the_parameters_it_updated():
+    from rlvr.training.optim import optimizer_step
+
+    stepped, frozen = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([stepped], lr=0.1, fused=True)
+    stepped.grad = torch.ones(3)
+    versions = (stepped._version, frozen._version)
+    optimizer_step(optimizer)
+    assert stepped._version > versions[0] and frozen._version == versions[1]
+    assert not torch.equal(stepped.detach(), torch.ones(3))
 
 
 def test_only_layers_whose_weights_changed_are_rebuilt(tiny_llama, char_tokenizer, prompts, builds):

@@ -75,8 +75,8 @@ def test_truncated_importance_weights_scale_the_gradient(tmp_path, shift, weight
     t.step = 1
     scored = t.collect()
     batch = scored.batch
-    tokens = make_token_batch(batch.prompt_ids, batch.completion_ids, t.pad_id)
-    learner = t._logprobs_no_grad(t.model, tokens)
+    tokens = make_token_batch(batch.prompt_ids, batch.completion_ids, t.tokenizer.pad_token_id)
+    learner = t.learner.logprobs(t.model, tokens)
     lengths = batch.completion_lengths
 
     def with_sampler_logprobs(offset: float) -> ScoredRollouts:
@@ -94,7 +94,7 @@ def test_truncated_importance_weights_scale_the_gradient(tmp_path, shift, weight
     state = {k: v.clone() for k, v in t.model.state_dict().items()}
     base, _ = t.update(with_sampler_logprobs(0.0))
     t.model.load_state_dict(state)
-    t.optimizer.state.clear()
+    t.learner.optimizer.state.clear()
     stats, _ = t.update(with_sampler_logprobs(shift))
     assert stats["tis_weight_mean"] == pytest.approx(weight, rel=1e-5)
     assert stats["tis_clip_fraction"] == pytest.approx(clipped)

@@ -292,9 +292,9 @@ def _update_both(tmp_path, model_dir, *overrides: str):
         )
         scored = _scored(len(trainer.tokenizer), trainer.tokenizer.eos_token_id)
         tokens = make_token_batch(
-            scored.batch.prompt_ids, scored.batch.completion_ids, trainer.pad_id
+            scored.batch.prompt_ids, scored.batch.completion_ids, trainer.tokenizer.pad_token_id
         )
-        before = trainer._logprobs_no_grad(trainer.model, tokens)
+        before = trainer.learner.logprobs(trainer.model, tokens)
         stats, advantages = trainer.update(scored)
         grads = {
             k: p.grad.clone() for k, p in trainer.model.named_parameters() if p.grad is not None
@@ -365,10 +365,8 @@ def test_packed_update_runs_only_the_log_prob_passes_it_needs(
 ):
     trainer = _trainer(tmp_path, tiny_model_dir, "run", "training.token_budget=64", *overrides)
     calls = []
-    original = trainer._logprobs_no_grad
-    monkeypatch.setattr(
-        trainer, "_logprobs_no_grad", lambda m, t: calls.append(m) or original(m, t)
-    )
+    original = trainer.learner.logprobs
+    monkeypatch.setattr(trainer.learner, "logprobs", lambda m, t: calls.append(m) or original(m, t))
     trainer.update(_scored(len(trainer.tokenizer), trainer.tokenizer.eos_token_id))
     assert len(calls) == passes
 
@@ -379,15 +377,17 @@ def test_lora_packed_reference_is_the_adapter_disabled_base(tmp_path, tiny_model
     trainer = _trainer(
         tmp_path, tiny_model_dir, "lora", "model.lora_rank=4", "training.token_budget=32"
     )
-    assert trainer.ref_model is None
+    assert trainer.policy.ref_model is None
     with torch.no_grad():  # move the adapters away from their zero init
         for k, p in trainer.model.named_parameters():
             if "lora_B" in k:
                 p.normal_(0, 0.5)
     scored = _scored(len(trainer.tokenizer), trainer.tokenizer.eos_token_id)
-    tokens = make_token_batch(scored.batch.prompt_ids, scored.batch.completion_ids, trainer.pad_id)
-    ref = trainer._reference_logprobs(tokens) * tokens.completion_mask
-    policy = trainer._logprobs_no_grad(trainer.model, tokens) * tokens.completion_mask
+    tokens = make_token_batch(
+        scored.batch.prompt_ids, scored.batch.completion_ids, trainer.tokenizer.pad_token_id
+    )
+    ref = trainer.learner.reference_logprobs(tokens) * tokens.completion_mask
+    policy = trainer.learner.logprobs(trainer.model, tokens) * tokens.completion_mask
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     with torch.no_grad():
         expected, _ = completion_logprobs(base, tokens, temperature=0.8)

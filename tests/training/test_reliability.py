@@ -196,15 +196,15 @@ def test_out_of_memory_in_generation_retries_with_smaller_batches(tmp_path):
 
 def _nan_from(monkeypatch, trainer, steps):
     """Make the policy loss NaN on the given steps (as a numerical blow-up would)."""
-    import rlvr.training.grpo as grpo
+    import rlvr.training.update as update_module
 
-    real = grpo.aggregate_loss
+    real = update_module.aggregate_loss
 
     def maybe_nan(*a, **k):
         loss = real(*a, **k)
         return loss * float("nan") if trainer.step in steps else loss
 
-    monkeypatch.setattr(grpo, "aggregate_loss", maybe_nan)
+    monkeypatch.setattr(update_module, "aggregate_loss", maybe_nan)
 
 
 def test_a_nan_loss_skips_that_update_and_the_run_goes_on(tmp_path, monkeypatch):

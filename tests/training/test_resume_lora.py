@@ -110,7 +110,7 @@ def test_lora_rl_uses_the_adapter_disabled_base_as_reference(tmp_path, tiny_mode
     run = tmp_path / "lora"
     run.mkdir()
     trainer = GRPOTrainer(cfg, run, progress=False, log=lambda _m: None)
-    assert trainer.ref_model is None  # no second copy of the weights
+    assert trainer.policy.ref_model is None  # no second copy of the weights
     n_models = sum(isinstance(m, torch.nn.Embedding) for m in _all_modules(trainer))
     assert n_models == 1
     base_before = {k: v.clone() for k, v in trainer.model.named_parameters() if "lora_" not in k}
@@ -122,9 +122,11 @@ def test_lora_rl_uses_the_adapter_disabled_base_as_reference(tmp_path, tiny_mode
 
     from rlvr.training.logprobs import completion_logprobs, make_token_batch
 
-    tokens = make_token_batch([torch.tensor([5, 6, 7])], [torch.tensor([8, 9, 10])], trainer.pad_id)
+    tokens = make_token_batch(
+        [torch.tensor([5, 6, 7])], [torch.tensor([8, 9, 10])], trainer.tokenizer.pad_token_id
+    )
     summary = trainer.train()
-    ref = trainer._reference_logprobs(tokens)
+    ref = trainer.learner.reference_logprobs(tokens)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     with torch.no_grad():
         expected, _ = completion_logprobs(base, tokens, temperature=1.0)
@@ -149,7 +151,7 @@ def test_lora_rl_uses_the_adapter_disabled_base_as_reference(tmp_path, tiny_mode
 
 def _all_modules(trainer):
     seen = []
-    for obj in (trainer.model, trainer.ref_model, trainer.engine.model):
+    for obj in (trainer.model, trainer.policy.ref_model, trainer.engine.model):
         if obj is None:
             continue
         for m in obj.modules():

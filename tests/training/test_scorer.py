@@ -1,6 +1,6 @@
 import math
 
-from rlvr.training.grpo import Scorer
+from rlvr.rewards.scoring import Scorer
 
 
 def test_a_crashing_or_nan_verifier_gives_zero_reward_and_is_counted():

@@ -14,18 +14,14 @@ from rlvr.config import load_config
 from rlvr.data.tasks.addition import AdditionTask
 from rlvr.errors import ConfigError, DataError
 from rlvr.rewards.exact import exact_answer_reward
-from rlvr.training.sft import (
+from rlvr.training.packing import block_causal_mask, pack
+from rlvr.training.sft import SFTConfig, accumulate_gradients, completion_nll_sum, run_sft
+from rlvr.training.sft_data import (
     IGNORE_INDEX,
-    SFTConfig,
     SFTExample,
-    accumulate_gradients,
     batch_indices,
-    block_causal_mask,
     collate,
-    completion_nll_sum,
     micro_batches,
-    pack,
-    run_sft,
     tokenize_example,
 )
 

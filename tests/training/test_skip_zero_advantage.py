@@ -62,7 +62,7 @@ def _scored(trainer: GRPOTrainer, rewards: list[float], seed: int = 3) -> Scored
 
 def _expected_skips(trainer: GRPOTrainer, advantages: torch.Tensor, shuffle_state) -> int:
     """Zero-advantage row passes of the update, less one per mini-batch with no other row."""
-    n, size = len(advantages), trainer.mini_batch_size
+    n, size = len(advantages), trainer.cfg.training.mini_batch_size or len(advantages)
     gen = torch.Generator().set_state(shuffle_state)  # the update's shuffles, replayed
     skips = 0
     for _ in range(trainer.cfg.training.ppo_epochs):

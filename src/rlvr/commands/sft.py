@@ -77,14 +77,20 @@ def run(args: argparse.Namespace) -> int:
         create_run_dir(run_dir)
 
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    summary = run_sft(
-        cfg,
-        run_dir,
-        log=log,
-        progress=not args.quiet,
-        resume=args.resume is not None,
-        allow_config_change=args.allow_config_change,
-    )
+    from rlvr.training.run import TrainingInterrupted
+
+    try:
+        summary = run_sft(
+            cfg,
+            run_dir,
+            log=log,
+            progress=not args.quiet,
+            resume=args.resume is not None,
+            allow_config_change=args.allow_config_change,
+        )
+    except TrainingInterrupted as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        return 128 + e.signum
     log(f"run directory: {run_dir}  ({summary['steps']} steps, {summary['wall_seconds']:.0f} s)")
     return 0
 

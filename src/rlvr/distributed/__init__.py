@@ -1,6 +1,7 @@
-"""Scaling out: data-parallel learners under torchrun (`world`) and, in `ray_mode`, rollout and
-reward workers as Ray actors. `world` sits below `training` (the trainer imports it); `ray_mode`
-sits above it (it drives a trainer), so it is never imported from here."""
+"""Scaling out: data-parallel learners under torchrun (`world`, `fsdp`) and rollout and reward
+workers as Ray actors (`ray_rollouts`, a rollout source). The package sits below `training`: the
+trainer imports its parts, none of them imports the trainer. `ray_rollouts` is imported only
+when `distributed.ray=true` (it needs the `ray` extra)."""
 
 from rlvr.distributed.world import World, init_world, launched_world_size
 

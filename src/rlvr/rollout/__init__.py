@@ -3,13 +3,14 @@
 from rlvr.rollout.engines import ENGINES, build_engine
 from rlvr.rollout.fast_engine import FastEngine
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.rollout.types import RolloutBatch, SamplingParams, concat_batches
+from rlvr.rollout.types import RolloutBatch, Round, SamplingParams, concat_batches
 
 __all__ = [
     "ENGINES",
     "FastEngine",
     "HFEngine",
     "RolloutBatch",
+    "Round",
     "SamplingParams",
     "build_engine",
     "concat_batches",

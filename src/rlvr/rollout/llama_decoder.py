@@ -23,7 +23,6 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from rlvr.models.modules import is_plain_linear
 from rlvr.rollout.kv_cache import SlotKVCache
@@ -129,11 +128,14 @@ class _Stamp:
     counts and `is_plain_linear` (backward or global hooks, a replaced `forward`: they decide
     whether it is fused or called); for a tensor its in-place version
     counter, data pointer, dtype and device. Optimizer steps, `copy_`, `load_state_dict` and
-    peft's merges bump the version counter (fused optimizer steps through
-    `_count_fused_optimizer_steps`); `.to()`, `module.half()` or a new Parameter change the
-    pointer or the object; wrapping a linear in a LoRA layer replaces the module. Writes through
-    `.data` bypass the version counter and are not seen: call
-    `LlamaFamilyDecoder.release(weights=True)` (`FastEngine.release_cache()`) after those.
+    peft's merges bump the version counter; `.to()`, `module.half()` or a new Parameter change
+    the pointer or the object; wrapping a linear in a LoRA layer replaces the module. Two kinds
+    of writes bypass the version counter and are not seen: through `.data`, and torch's fused
+    optimizer kernels (AdamW(fused=True) updates in place without bumping it). Their owner says
+    so explicitly: rlvr's trainers step through `rlvr.training.optim.optimizer_step`, which
+    bumps the counters of the parameters a fused step changed; after other such writes call
+    `LlamaFamilyDecoder.release(weights=True)` (`FastEngine.release_cache()`). Nothing here
+    installs a process-wide hook.
     """
 
     def __init__(self, sources: Sequence[object]) -> None:
@@ -145,28 +147,6 @@ class _Stamp:
             ref() is source and _mark(source) == mark
             for ref, source, mark in zip(self._refs, sources, self._marks, strict=True)
         )
-
-
-_fused_step_hook = None
-
-
-def _count_fused_optimizer_steps() -> None:
-    """Make fused optimizer steps bump the version counters of the parameters they update.
-
-    torch 2.13's fused kernels (e.g. `torch.optim.AdamW(fused=True)`) update parameters in
-    place without bumping `_version`, unlike the for-loop and foreach paths; a `_Stamp` would
-    then take stale copies for current. Registered once per process, on the first decoder: a
-    global post-step hook that bumps the counter of every parameter in a fused param group, as
-    any other in-place update would (cost: one counter increment per parameter and step)."""
-    global _fused_step_hook
-    if _fused_step_hook is None:
-        _fused_step_hook = register_optimizer_step_post_hook(_bump_fused_parameters)
-
-
-def _bump_fused_parameters(optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
-    for group in optimizer.param_groups:
-        if group.get("fused"):
-            torch.autograd.graph.increment_version(group["params"])
 
 
 def _mark(source: object) -> object:
@@ -433,7 +413,6 @@ class LlamaFamilyDecoder:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"LlamaFamilyDecoder: {reason}")
-        _count_fused_optimizer_steps()
         self.model = model
         self.decoder = model.model
         self.fuse_projections = fuse_projections

@@ -72,6 +72,19 @@ class RolloutBatch:
         return [int(c.numel()) for c in self.completion_ids]
 
 
+@dataclass
+class Round:
+    """One round of a rollout source: g completions of each sample, generated and scored;
+    `rewards` row-aligned with `batch`."""
+
+    batch: RolloutBatch
+    rewards: list[float]
+    failures: int  # verifier failures (raised, crashed, timed out, non-finite): reward 0
+    time_generate_s: float
+    time_score_s: float
+    components: dict[str, list[float]] = field(default_factory=dict)  # composite verifier parts
+
+
 def concat_batches(parts: list[tuple[int, RolloutBatch]]) -> RolloutBatch:
     """One batch from batches of consecutive prompt ranges, given as (index of the part's first
     prompt in the whole list, part) in order; prompt_index becomes the index in the whole list."""

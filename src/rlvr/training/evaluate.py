@@ -4,6 +4,7 @@ optionally (k > 0), pass@k, maj@k, per-source accuracy and accuracy within token
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -198,3 +199,35 @@ def evaluate_model(
     )
     metrics["num_parameters"] = sum(p.numel() for p in model.parameters())
     return metrics
+
+
+@dataclass
+class HeldoutEval:
+    """A fixed held-out set and how it is decoded, evaluated again and again through a run
+    (`evaluate` with the same seed each time, so two evaluations differ only by the weights)."""
+
+    engine: Any
+    samples: Sequence[Mapping[str, Any]]
+    prompt_ids: Sequence[list[int]]
+    verifier: Callable[[str, Mapping[str, Any]], float]
+    max_new_tokens: int
+    t1_samples: int
+    seed: int
+    k: int = 0
+    budgets: Sequence[int] = (128, 256, 512)
+
+    def __bool__(self) -> bool:
+        return bool(self.samples)
+
+    def __call__(self) -> dict[str, float]:
+        return evaluate(
+            self.engine,
+            self.samples,
+            self.prompt_ids,
+            self.verifier,
+            max_new_tokens=self.max_new_tokens,
+            t1_samples=self.t1_samples,
+            seed=self.seed,
+            k=self.k,
+            budgets=tuple(self.budgets),
+        )

@@ -68,3 +68,17 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, total_steps, cfg)
     )
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
+    """`optimizer.step()`, then mark the parameters it changed as changed.
+
+    torch's fused kernels (AdamW(fused=True)) update parameters in place without bumping their
+    version counters, unlike the for-each and for-loop paths. Whatever keeps copies of weights
+    keyed on those counters (the fast rollout engine's fused and packed weights) would then take
+    stale copies for current; so the owner of the optimizer bumps them after each fused step,
+    as any other in-place update would (one counter increment per parameter)."""
+    optimizer.step()
+    for group in optimizer.param_groups:
+        if group.get("fused"):
+            torch.autograd.graph.increment_version(group["params"])

@@ -238,8 +238,8 @@ def sample_and_score(
     from rlvr.observe.metrics import Progress
     from rlvr.rewards.compose import build_verifier
     from rlvr.rewards.pool import VerifierPool
+    from rlvr.rewards.scoring import Scorer
     from rlvr.rollout import SamplingParams, build_engine
-    from rlvr.training.grpo import Scorer
 
     s = cfg.sampling
     verifier = build_verifier(cfg.reward.verifier)

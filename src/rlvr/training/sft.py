@@ -20,32 +20,18 @@ sees them at generation time (the completion continues the encoded prompt).
 
 from __future__ import annotations
 
-import json
 import math
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from rlvr.config import (
-    CheckpointConfig,
-    DataConfig,
-    EvalConfig,
-    LoggingConfig,
-    ModelConfig,
-    OptimizerConfig,
-    RewardConfig,
-    _f,
-    dump_yaml,
-    to_dict,
-    validate_model,
-)
-from rlvr.errors import ConfigError, DataError, UserError
+from rlvr.config import dump_yaml, to_dict
+from rlvr.errors import ConfigError, UserError
 from rlvr.training.allocator import keep_freed_memory
 from rlvr.training.checkpoint import (
     check_same_config,
@@ -53,276 +39,32 @@ from rlvr.training.checkpoint import (
     save_checkpoint,
     truncate_jsonl,
 )
-from rlvr.training.packing import block_causal_mask, pack
+from rlvr.training.optim import optimizer_step
+from rlvr.training.packing import block_causal_mask
+from rlvr.training.run import (
+    CheckpointTriggers,
+    EvalSchedule,
+    RunLog,
+    TrainingInterrupted,
+    eval_line,
+    write_summary,
+)
+from rlvr.training.sft_config import DEFAULT_EVAL_TOKENS, SFTConfig
+from rlvr.training.sft_data import (
+    IGNORE_INDEX,
+    PackedBatch,
+    SFTData,
+    SFTExample,
+    batch_indices,
+    collate,
+    load_sft_data,
+    micro_batches,
+    steps_per_epoch,
+)
 
-IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt and padding)
 ATTENTION_WITH_4D_MASKS = ("eager", "sdpa")  # transformers passes a 4D mask to these as is
-DEFAULT_EVAL_TOKENS = 64  # eval.max_new_tokens = 0: at least this, or the longest completion
 
-# ---------------------------------------------------------------------------------------------
-# Configuration
-
-
-@dataclass
-class SFTDataConfig:
-    path: str | None = _f(
-        None,
-        "SFT rows: .jsonl/.json/.csv/.parquet or a HF dataset directory "
-        "(unset: demonstrations drawn from the task section)",
-    )
-    prompt_field: str = _f("prompt", "column holding the prompt")
-    completion_field: str = _f("completion", "column holding the target completion")
-    system_field: str = _f("system", "column holding a per-row system message (chat models)")
-    eval_path: str | None = _f(
-        None, "held-out SFT rows; their completion loss is reported as eval_loss"
-    )
-    num_examples: int = _f(2000, "demonstrations drawn from the task when path is unset", ge=1)
-    max_length: int = _f(
-        0, "drop rows whose prompt + completion + EOS exceed this many tokens (0 = keep)", ge=0
-    )
-    seed: int = _f(0, "seed of the demonstration draw")
-
-
-@dataclass
-class SFTTrainingConfig:
-    epochs: int = _f(1, "passes over the SFT rows", ge=1)
-    max_steps: int = _f(0, "optimizer steps (0 = epochs * ceil(rows / batch_size))", ge=0)
-    batch_size: int = _f(32, "sequences per optimizer step", ge=1)
-    micro_batch_size: int = _f(
-        32, "sequences (packed rows with packing) per forward/backward", ge=1
-    )
-    packing: bool = _f(True, "pack several examples per row (block-diagonal attention)")
-    pack_length: int = _f(0, "tokens per packed row (0 = the longest example)", ge=0)
-    seed: int = _f(0, "seed of the data order and of dropout")
-    keep_freed_memory: bool = _f(
-        True,
-        "model on the CPU: keep the memory the process frees for reuse instead of returning it "
-        "to the kernel (glibc malloc settings, process-wide); docs/training-speed.md",
-    )
-
-
-@dataclass
-class SFTOptimizerConfig(OptimizerConfig):
-    # Measured on the embedded model (docs/sft.md): 1e-3 gives held-out greedy accuracy 0.93
-    # after 8 steps of 32 demonstrations where 3e-4 gives 0.44; 3e-3 overshoots (0.76 after
-    # 2000 demonstrations where 1e-3 and 3e-4 reach 1.0). rlvr train's RL default is 1e-4.
-    lr: float = _f(1e-3, "peak learning rate of AdamW", gt=0.0)
-
-
-@dataclass
-class SFTEvalConfig(EvalConfig):
-    # A default SFT run is ~60 short steps; evaluating before and after is enough there.
-    every: int = _f(0, "also evaluate every N steps during training (0 = off)", ge=0)
-    max_new_tokens: int = _f(
-        0,
-        f"completion limit in evaluation (0 = max({DEFAULT_EVAL_TOKENS}, longest completion))",
-        ge=0,
-    )
-
-
-@dataclass
-class SFTConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: SFTDataConfig = field(default_factory=SFTDataConfig)
-    task: DataConfig = field(default_factory=DataConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    optimizer: SFTOptimizerConfig = field(default_factory=SFTOptimizerConfig)
-    training: SFTTrainingConfig = field(default_factory=SFTTrainingConfig)
-    eval: SFTEvalConfig = field(default_factory=SFTEvalConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-
-    def validate(self) -> None:
-        """Checks that involve more than one field."""
-        validate_model(self.model)
-        task_checks = getattr(self.task, "validate", None)
-        if callable(task_checks):  # the task section's own cross-field checks, when it has any
-            task_checks()
-        if self.task.task == "dataset" and not self.task.path:
-            raise ConfigError("task.path: required when task.task is 'dataset'")
-        t, d = self.training, self.data
-        if t.packing and t.pack_length and d.max_length > t.pack_length:
-            raise ConfigError(
-                f"training.pack_length: must be >= data.max_length = {d.max_length} so that "
-                f"every kept row fits in a packed row, got {t.pack_length}"
-            )
-        if d.eval_path and not d.path:
-            raise ConfigError("data.eval_path: needs data.path (the training rows) as well")
-
-
-# ---------------------------------------------------------------------------------------------
-# Examples: tokenisation and loading
-
-
-@dataclass(frozen=True)
-class SFTExample:
-    """One tokenised example; the loss covers `completion_ids` (which end with EOS)."""
-
-    prompt_ids: tuple[int, ...]
-    completion_ids: tuple[int, ...]
-
-    def __len__(self) -> int:
-        return len(self.prompt_ids) + len(self.completion_ids)
-
-
-def tokenize_example(
-    tokenizer: Any, prompt: str, completion: str, *, chat: bool, system_prompt: str | None = None
-) -> SFTExample:
-    """prompt ids (encode_prompt) + completion ids + EOS, tokenised separately."""
-    from rlvr.models.loading import encode_prompt
-
-    prompt_ids = encode_prompt(tokenizer, prompt, chat=chat, system_prompt=system_prompt)
-    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
-    return SFTExample(tuple(prompt_ids), (*completion_ids, tokenizer.eos_token_id))
-
-
-@dataclass
-class SFTData:
-    train: list[SFTExample]
-    eval: list[SFTExample]
-    dropped_long: int
-    dropped_long_eval: int
-    source: str  # the file, or "<task> demonstrations"
-    longest_completion: int  # tokens, EOS included
-
-
-def _row_text(row: Mapping[str, Any], name: str, where: str, *, required: bool) -> str | None:
-    value = row.get(name)
-    if value is None or (isinstance(value, float) and value != value):  # NaN: empty pandas cell
-        value = None
-    if value is None or value == "":
-        if required:
-            raise DataError(f"{where}: field {name!r} must be a non-empty string, got {value!r}")
-        return None
-    if not isinstance(value, str) or (required and not value.strip()):
-        raise DataError(f"{where}: field {name!r} must be a non-empty string, got {value!r}")
-    return value
-
-
-def rows_to_texts(
-    rows: Sequence[Mapping[str, Any]], cfg: SFTDataConfig, origin: str
-) -> list[tuple[str, str, str | None]]:
-    """(prompt, completion, system) of every row; DataError naming file, row and field."""
-    if not rows:
-        raise DataError(f"{origin}: no rows (expected at least one prompt/completion pair)")
-    out = []
-    for number, row in enumerate(rows, start=1):
-        where = f"{origin} row {number}"
-        prompt = _row_text(row, cfg.prompt_field, where, required=True)
-        completion = _row_text(row, cfg.completion_field, where, required=True)
-        system = _row_text(row, cfg.system_field, where, required=False)
-        out.append((prompt, completion, system))
-    return out
-
-
-def demonstration_texts(task: Any, task_name: str, n: int, seed: int) -> list[tuple]:
-    """n (prompt, completion, system) demonstrations: `task.demonstration(task.sample_train())`."""
-    if not callable(getattr(task, "demonstration", None)):
-        raise ConfigError(
-            f"task.task: '{task_name}' has no demonstrations; set data.path to a file of "
-            "prompt/completion rows"
-        )
-    rng = random.Random(f"rlvr-sft-demonstrations-{seed}")
-    samples = [task.sample_train(rng) for _ in range(n)]
-    return [(s["prompt"], task.demonstration(s), s.get("system")) for s in samples]
-
-
-def load_sft_data(cfg: SFTConfig, task: Any, tokenizer: Any, chat: bool) -> SFTData:
-    """Read (or draw) the rows, tokenise them and drop those longer than data.max_length."""
-    from rlvr.data.datasets import load_rows
-
-    d = cfg.data
-    if d.path:
-        train_texts = rows_to_texts(load_rows(d.path), d, d.path)
-        source = d.path
-    else:
-        train_texts = demonstration_texts(task, cfg.task.task, d.num_examples, d.seed)
-        source = f"{cfg.task.task} demonstrations"
-    eval_texts = rows_to_texts(load_rows(d.eval_path), d, d.eval_path) if d.eval_path else []
-
-    def encode(texts: list[tuple], origin: str) -> list[SFTExample]:
-        out = []
-        for number, (p, c, s) in enumerate(texts, start=1):
-            ex = tokenize_example(
-                tokenizer, p, c, chat=chat, system_prompt=s or cfg.task.system_prompt
-            )
-            # An example must open with a prompt token: in a packed row, the first completion
-            # token is predicted from its own prompt, never from the previous example's EOS.
-            for name, ids in (("prompt", ex.prompt_ids), ("completion", ex.completion_ids[:-1])):
-                if not ids:
-                    raise DataError(f"{origin} row {number}: field {name!r} encodes to no tokens")
-            out.append(ex)
-        return out
-
-    train = encode(train_texts, source)
-    evals = encode(eval_texts, d.eval_path or "")
-    kept = [e for e in train if not d.max_length or len(e) <= d.max_length]
-    kept_eval = [e for e in evals if not d.max_length or len(e) <= d.max_length]
-    if not kept:
-        raise DataError(
-            f"{source}: every row is longer than data.max_length = {d.max_length} tokens"
-        )
-    return SFTData(
-        train=kept,
-        eval=kept_eval,
-        dropped_long=len(train) - len(kept),
-        dropped_long_eval=len(evals) - len(kept_eval),
-        source=source,
-        longest_completion=max(len(e.completion_ids) for e in kept),
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Packing and the loss
-
-
-@dataclass
-class PackedBatch:
-    """Rows of one or more examples, right-padded to a common width T.
-
-    input_ids, labels, position_ids, segment_ids: [R, T]. labels[r, t] is the token at t when t
-    is a completion token, else IGNORE_INDEX (so logits at t - 1 predict it). segment_ids number
-    the examples of a row 0, 1, ...; padding is one more segment, so it never sees real tokens
-    and real tokens never see it.
-    """
-
-    input_ids: torch.Tensor
-    labels: torch.Tensor
-    position_ids: torch.Tensor
-    segment_ids: torch.Tensor
-    num_real_tokens: int
-
-    @property
-    def num_loss_tokens(self) -> int:
-        return int((self.labels != IGNORE_INDEX).sum())
-
-    @property
-    def padding_fraction(self) -> float:
-        return 1.0 - self.num_real_tokens / self.input_ids.numel()
-
-
-def collate(rows: Sequence[Sequence[SFTExample]], pad_id: int) -> PackedBatch:
-    """Lay out rows of examples (see PackedBatch)."""
-    width = max(sum(len(e) for e in row) for row in rows)
-    shape = (len(rows), width)
-    input_ids = torch.full(shape, pad_id, dtype=torch.long)
-    labels = torch.full(shape, IGNORE_INDEX, dtype=torch.long)
-    position_ids = torch.zeros(shape, dtype=torch.long)
-    segment_ids = torch.zeros(shape, dtype=torch.long)
-    real = 0
-    for r, row in enumerate(rows):
-        t = 0
-        for s, ex in enumerate(row):
-            n_p, n = len(ex.prompt_ids), len(ex)
-            input_ids[r, t : t + n] = torch.tensor(ex.prompt_ids + ex.completion_ids)
-            labels[r, t + n_p : t + n] = torch.tensor(ex.completion_ids)
-            position_ids[r, t : t + n] = torch.arange(n)
-            segment_ids[r, t : t + n] = s
-            t += n
-        segment_ids[r, t:] = len(row)
-        position_ids[r, t:] = torch.arange(width - t)
-        real += t
-    return PackedBatch(input_ids, labels, position_ids, segment_ids, real)
+__all__ = ["SFTConfig", "run_sft"]
 
 
 def completion_nll_sum(model: Any, batch: PackedBatch) -> torch.Tensor:
@@ -343,25 +85,6 @@ def completion_nll_sum(model: Any, batch: PackedBatch) -> torch.Tensor:
         ignore_index=IGNORE_INDEX,
         reduction="sum",
     )
-
-
-def micro_batches(
-    examples: Sequence[SFTExample],
-    pad_id: int,
-    *,
-    packing: bool,
-    pack_length: int,
-    micro_batch_size: int,
-) -> list[PackedBatch]:
-    """The forward/backward units of one optimizer batch."""
-    if packing:
-        rows = [[examples[i] for i in r] for r in pack([len(e) for e in examples], pack_length)]
-    else:
-        rows = [[e] for e in examples]
-    return [
-        collate(rows[i : i + micro_batch_size], pad_id)
-        for i in range(0, len(rows), micro_batch_size)
-    ]
 
 
 def accumulate_gradients(model: Any, batches: Sequence[PackedBatch]) -> tuple[float, int]:
@@ -398,29 +121,6 @@ def mean_completion_loss(
     finally:
         model.train(was_training)
     return total / max(tokens, 1)
-
-
-# ---------------------------------------------------------------------------------------------
-# Data order and checkpoints
-
-
-def epoch_order(num_examples: int, seed: int, epoch: int) -> list[int]:
-    """The example order of one epoch: a pure function of (seed, epoch), so resuming needs only
-    the step number to continue the same stream."""
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(num_examples, generator=gen).tolist()
-
-
-def steps_per_epoch(num_examples: int, batch_size: int) -> int:
-    return math.ceil(num_examples / batch_size)  # the last batch of an epoch may be smaller
-
-
-def batch_indices(step: int, num_examples: int, batch_size: int, seed: int) -> list[int]:
-    """Example indices of optimizer step `step` (1-based)."""
-    spe = steps_per_epoch(num_examples, batch_size)
-    epoch, position = divmod(step - 1, spe)
-    start = position * batch_size
-    return epoch_order(num_examples, seed, epoch)[start : start + batch_size]
 
 
 def _load_resumed_model(cfg: SFTConfig, ckpt: Path, device: torch.device, dtype: Any) -> Any:
@@ -600,7 +300,7 @@ def train_step(run: SFTRun, step: int) -> dict[str, Any]:
     params = [p for p in run.model.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, opt.max_grad_norm or math.inf)
     lr = run.scheduler.get_last_lr()[0]  # the lr this step is taken with
-    run.optimizer.step()
+    optimizer_step(run.optimizer)
     run.scheduler.step()
     elapsed = time.perf_counter() - start
     real = sum(b.num_real_tokens for b in batches)
@@ -665,11 +365,11 @@ def run_sft(
 
     `resume=True` continues from the latest RUN_DIR/checkpoints/step-N (same config required)
     and reaches the weights of an uninterrupted run. `on_step(step, metrics)` is called after
-    every optimizer step (and after its checkpoint is written).
+    every optimizer step (and after its checkpoint is written). SIGINT/SIGTERM finish the step,
+    save a checkpoint and raise `TrainingInterrupted`, as in `rlvr train`.
     """
     from rlvr.models.lora import trainable_parameters
-    from rlvr.observe.loggers import build_loggers
-    from rlvr.observe.metrics import JsonlWriter, Progress, memory_metrics
+    from rlvr.observe.metrics import memory_metrics
     from rlvr.training.checkpoint import save_model
 
     start = time.perf_counter()
@@ -680,11 +380,10 @@ def run_sft(
         if ckpt is None:
             raise UserError(
                 f"--resume: no checkpoints/step-N with trainer_state.pt in {run_dir} "
-                "(periodic checkpoints need checkpoint.every > 0)"
+                "(they are saved every checkpoint.every steps and when a run is interrupted)"
             )
     run = prepare_sft(cfg, ckpt, log)
     step, previous_wall = 0, 0.0
-    last_save = time.monotonic()
     if cfg.checkpoint.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     summary: dict[str, Any] = {"model": cfg.model.name_or_path}
@@ -695,6 +394,7 @@ def run_sft(
             summary["eval_before"] = state["eval_before"]
         log(f"resumed from {ckpt} (step {step} of {run.total_steps})")
         truncate_jsonl(run_dir / "metrics.jsonl", step)
+        truncate_jsonl(run_dir / "timings.jsonl", step)
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         dump_yaml(cfg, run_dir / "config.yaml")
@@ -705,39 +405,31 @@ def run_sft(
         f"{cfg.training.batch_size}, {trainable:,} of {total_params:,} parameters trainable"
     )
 
-    writer = JsonlWriter(run_dir / "metrics.jsonl")
-    sinks = build_loggers(
-        cfg.logging.report_to,
-        run_dir,
-        to_dict(cfg),
-        wandb_project=cfg.logging.wandb_project,
-        wandb_mode=cfg.logging.wandb_mode,
+    out = RunLog(run_dir, to_dict(cfg), cfg.logging, deterministic=cfg.checkpoint.deterministic)
+    triggers = CheckpointTriggers(cfg.checkpoint)
+    schedule = EvalSchedule.from_config(
+        cfg.eval, run.total_steps, bool(run.heldout or run.data.eval)
     )
-    bar = Progress(run.total_steps, progress and cfg.logging.progress, desc="rlvr sft")
+    bar = out.start_progress(run.total_steps, progress and cfg.logging.progress, "rlvr sft")
     for _ in range(step):  # a resumed run's bar starts where the run stopped
         bar.update({})
-    has_eval = bool(run.heldout or run.data.eval)
     try:
-        if cfg.eval.before and step == 0 and has_eval:
+        if schedule.before and step == 0:
             summary["eval_before"] = evaluate_sft(run)
-            sinks.log({f"eval/{k}": v for k, v in summary["eval_before"].items()}, 0)
+            out.write_eval(summary["eval_before"], 0)
             log(eval_line("before", summary["eval_before"]))
         while step < run.total_steps:
             step += 1
             t_step = time.perf_counter()
             metrics = train_step(run, step)
-            last = step == run.total_steps
-            if cfg.eval.every and step % cfg.eval.every == 0 and not (last and cfg.eval.after):
+            if schedule.periodic(step):
                 metrics.update({f"eval_{k}": v for k, v in evaluate_sft(run).items()})
             metrics["step_time_s"] = time.perf_counter() - t_step
             metrics.update(memory_metrics(run.device))
-            writer.write(metrics)
-            sinks.log(metrics, step)
+            out.write(metrics, step)
             bar.update(metrics)
-            every = cfg.checkpoint.every and step % cfg.checkpoint.every == 0
-            minutes = cfg.checkpoint.every_minutes
-            if every or (minutes and time.monotonic() - last_save >= 60 * minutes):
-                last_save = time.monotonic()
+            save, signum = triggers.check(step)
+            if save:
                 state = trainer_state(
                     run,
                     step,
@@ -753,19 +445,21 @@ def run_sft(
                     cfg.checkpoint.keep_last,
                     weights_in_state=False,  # resumes reload the checkpoint's HF files/adapter
                 )
+                triggers.saved()
+            if signum:
+                raise TrainingInterrupted(signum, step, run_dir, command="sft")
             if on_step is not None:
                 on_step(step, metrics)
         bar.close()
-        if cfg.eval.after and has_eval:
+        if schedule.after:
             summary["eval_after"] = evaluate_sft(run)
-            sinks.log({f"eval/{k}": v for k, v in summary["eval_after"].items()}, step)
+            out.write_eval(summary["eval_after"], step)
             log(eval_line("after", summary["eval_after"]))
         if cfg.checkpoint.save_final:
             save_model(run.model, run.tokenizer, run_dir / "final")
     finally:
-        bar.close()
-        writer.close()
-        sinks.close()
+        triggers.close()
+        out.close()
     summary.update(
         steps=run.total_steps,
         wall_seconds=previous_wall + time.perf_counter() - start,
@@ -777,21 +471,5 @@ def run_sft(
     )
     if ckpt is not None:
         summary["resumed_from_step"] = int(ckpt.name.removeprefix("step-"))
-    tmp = run_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(run_dir / "summary.json")
+    write_summary(run_dir, summary)
     return summary
-
-
-def eval_line(when: str, e: Mapping[str, float]) -> str:
-    """One line of held-out results, worded like `rlvr train`'s."""
-    parts = []
-    if "accuracy" in e:
-        parts.append(
-            f"accuracy {e['accuracy']:.3f}  pass1_t1 {e['pass1_t1']:.3f}  "
-            f"reasoning {e['reasoning_fraction']:.3f}  length {e['mean_length']:.1f}  "
-            f"(n={e['n']})"
-        )
-    if "loss" in e:
-        parts.append(f"sft loss {e['loss']:.4f}")
-    return f"eval {when}: " + "  ".join(parts)

@@ -1,5 +1,5 @@
-"""Ray mode: rollout and reward actors around the learner give the single-process run's samples,
-train the embedded default, and survive a killed rollout worker without losing a row."""
+"""Ray mode: a rollout source whose rollout and reward actors give the single-process run's
+samples, train the embedded default, and survive a killed rollout worker without losing a row."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from rlvr.config import load_config
-from rlvr.distributed.ray_mode import (
-    RayGRPOTrainer,
+from rlvr.distributed.ray_rollouts import (
+    RayRollouts,
     RolloutWorker,
     RowAccountingError,
     check_rows,
-    make_trainer,
+    fit_cpus,
     shard_ranges,
     sync_state,
 )
@@ -56,11 +56,14 @@ def cluster():
     ray.shutdown()
 
 
-def _run(trainer_cls: type, run_dir: Path, overrides: list[str]) -> dict:
+def _run(run_dir: Path, overrides: list[str], patch=None) -> dict:
     joined = ray.is_initialized()
     run_dir.mkdir(parents=True)
     cfg = load_config(None, overrides)
-    summary = trainer_cls(cfg, run_dir, progress=False, log=lambda _m: None).train()
+    trainer = GRPOTrainer(cfg, run_dir, progress=False, log=lambda _m: None)
+    if patch is not None:
+        patch(trainer)
+    summary = trainer.train()
     # a cluster the trainer started is shut down, one it joined is left running
     assert ray.is_initialized() == joined
     return summary
@@ -100,40 +103,40 @@ def test_row_check_accepts_whole_groups_and_names_a_missing_or_duplicated_row():
         check_rows([1, 1, 0, 0], 2, 2)
 
 
-def test_make_trainer_picks_the_ray_trainer_only_with_distributed_ray(monkeypatch, tmp_path):
-    import rlvr.distributed.ray_mode as ray_mode
+def test_the_trainer_draws_from_ray_actors_only_with_distributed_ray(monkeypatch, tmp_path):
+    import rlvr.distributed.ray_rollouts as ray_rollouts
+    from rlvr.training.rollouts import LocalRollouts
 
-    monkeypatch.setattr(ray_mode, "GRPOTrainer", lambda *a, **k: "single")
-    monkeypatch.setattr(ray_mode, "RayGRPOTrainer", lambda *a, **k: "ray")
-    assert make_trainer(load_config(None, TINY), tmp_path) == "single"
-    assert make_trainer(load_config(None, [*TINY, *RAY]), tmp_path) == "ray"
+    made = []
+    monkeypatch.setattr(ray_rollouts, "RayRollouts", lambda *a, **k: made.append(a) or "ray")
+    trainer = GRPOTrainer(load_config(None, TINY), tmp_path, progress=False, log=lambda _m: None)
+    assert isinstance(trainer.source, LocalRollouts) and not made
+    trainer = GRPOTrainer(
+        load_config(None, [*TINY, *RAY]), tmp_path, progress=False, log=lambda _m: None
+    )
+    assert trainer.source == "ray" and len(made) == 1
 
 
 def test_ray_mode_under_torchrun_is_a_one_line_error(monkeypatch, tmp_path):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match="one learner process"):
-        RayGRPOTrainer(load_config(None, [*TINY, *RAY]), tmp_path)
+        GRPOTrainer(load_config(None, [*TINY, *RAY]), tmp_path)
     assert not ray.is_initialized()
 
 
 def test_workers_share_a_local_cluster_too_small_for_their_reservations():
-    class FakeRay:
-        def cluster_resources(self):
-            return {"CPU": 2.0}
-
-    trainer = RayGRPOTrainer.__new__(RayGRPOTrainer)  # only the check: no model, no cluster
-    trainer.ray, lines = FakeRay(), []
-    trainer.log = lines.append
-    trainer.cfg = load_config(None, RAY)  # 3 workers x 0.5 CPU fit
-    assert trainer._fit_cpus(local=True) == 0.5 and not lines
-    trainer.cfg = load_config(None, ["distributed.ray=true", "distributed.ray_num_cpus=2"])
-    assert trainer._fit_cpus(local=True) == 0.666  # 3 workers x 1 CPU do not: equal shares
+    lines = []
+    have = {"CPU": 2.0}
+    cfg = load_config(None, RAY)  # 3 workers x 0.5 CPU fit
+    assert fit_cpus(cfg, have, lines.append, local=True) == 0.5 and not lines
+    cfg = load_config(None, ["distributed.ray=true", "distributed.ray_num_cpus=2"])
+    assert fit_cpus(cfg, have, lines.append, local=True) == 0.666  # 3 x 1 CPU: equal shares
     assert "each reserves 0.666 CPUs" in lines[-1]
-    assert trainer._fit_cpus(local=False) == 1.0  # a joined cluster may grow: only said
+    assert fit_cpus(cfg, have, lines.append, local=False) == 1.0  # a joined cluster may grow
     assert lines[-1].startswith("warning [ray]")
-    trainer.cfg = load_config(None, [*RAY, "distributed.gpus_per_rollout_worker=1"])
+    cfg = load_config(None, [*RAY, "distributed.gpus_per_rollout_worker=1"])
     with pytest.raises(ConfigError, match="2 rollout workers need 2 GPUs"):
-        trainer._fit_cpus(local=True)
+        fit_cpus(cfg, have, lines.append, local=True)
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -184,12 +187,12 @@ def test_a_rollout_worker_synced_with_the_learner_samples_what_the_learner_does(
 @pytest.mark.slow
 def test_ray_mode_draws_and_scores_exactly_what_one_process_does(tmp_path):
     single = tmp_path / "single"
-    _run(GRPOTrainer, single, TINY)
+    _run(single, TINY)
     distributed = tmp_path / "ray"
     # the trainer starts a 2-CPU cluster; 3 workers x 1 CPU share it
     ray_cluster = ["distributed.ray=true", "distributed.ray_num_cpus=2"]
     workers = ["distributed.rollout_workers=2", "distributed.reward_workers=1"]
-    _run(RayGRPOTrainer, distributed, [*TINY, *ray_cluster, *workers])
+    _run(distributed, [*TINY, *ray_cluster, *workers])
     for step in (1, 2):
         assert _samples(distributed, step) == _samples(single, step)
     for a, b in zip(_metrics(single), _metrics(distributed), strict=True):
@@ -199,15 +202,18 @@ def test_ray_mode_draws_and_scores_exactly_what_one_process_does(tmp_path):
         assert b["ray_worker_restarts"] == 0
 
 
-class _KillingTrainer(RayGRPOTrainer):
-    """Kills rollout worker 0 just after step 2's calls are sent (Ray restarts it)."""
+def _kill_in_round_2(trainer: GRPOTrainer) -> None:
+    """Kills rollout worker 0 just after round 2's calls are sent (Ray restarts it)."""
+    source: RayRollouts = trainer.source
+    dispatch = source.dispatch_generate
 
-    def dispatch_generate(self, prompts, g, seed_state):
-        refs = super().dispatch_generate(prompts, g, seed_state)
-        if self.step == 2 and not getattr(self, "killed", False):
-            self.killed = True
-            ray.kill(self.rollout_actors[0], no_restart=False)
+    def killing_dispatch(prompts, g, seed_state):
+        refs = dispatch(prompts, g, seed_state)
+        if source.rounds == 2:
+            ray.kill(source.rollout_actors[0], no_restart=False)
         return refs
+
+    source.dispatch_generate = killing_dispatch
 
 
 @pytest.mark.slow
@@ -216,9 +222,9 @@ def test_a_killed_rollout_worker_is_restarted_and_no_sample_is_lost_or_counted_t
 ):
     # the reference is one process: Ray mode without a kill draws the same (test above)
     single = tmp_path / "single"
-    _run(GRPOTrainer, single, [*TINY, "training.steps=4"])
+    _run(single, [*TINY, "training.steps=4"])
     killed = tmp_path / "killed"
-    _run(_KillingTrainer, killed, [*TINY, *RAY, "training.steps=4"])
+    _run(killed, [*TINY, *RAY, "training.steps=4"], patch=_kill_in_round_2)
     for step in range(1, 5):
         rows = _samples(killed, step)
         assert len(rows) == 4 * 4
@@ -234,7 +240,7 @@ def test_ray_mode_trains_the_embedded_default_on_a_two_cpu_cluster(tmp_path, clu
     # The single-process default reaches 1.0 held-out greedy accuracy (0.14 before); keyed
     # sampling makes the Ray run draw the same completions, so it gets there too.
     t0 = time.perf_counter()
-    summary = _run(RayGRPOTrainer, tmp_path / "run", [*RAY, "eval.every=0", "eval.before=false"])
+    summary = _run(tmp_path / "run", [*RAY, "eval.every=0", "eval.before=false"])
     after = summary["eval_after"]["accuracy"]
     print(f"ray mode: eval_after accuracy {after:.3f} in {time.perf_counter() - t0:.1f} s")
     assert after >= 0.9

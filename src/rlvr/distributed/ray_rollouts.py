@@ -1,6 +1,9 @@
 """Ray mode (`distributed.ray=true`): rollout and reward workers as Ray actors around one learner.
 
-Data flow of one rollout round (`RayGRPOTrainer.rollout_round`, the seam of `GRPOTrainer`):
+`RayRollouts` is a rollout source (rlvr.training.rollouts) like the in-process one: the trainer's
+loop is the same, only where a round's completions and rewards are made differs.
+
+Data flow of one rollout round (`RayRollouts.round`):
 
   driver (learner)                                  actors
   1. weights: the learner's state, put once per change (`ray.put`), versioned by a counter
@@ -10,7 +13,7 @@ Data flow of one rollout round (`RayGRPOTrainer.rollout_round`, the seam of `GRP
   3. concat the shards, check every row is there once  ◀── completions
   4. the rows, split in contiguous shards            ──▶ RewardWorker.score (the trainer's Scorer)
   5. concat the rewards                              ◀── rewards, verifier failures
-  6. advantages, the update, metrics, evaluation: the base class, on the driver
+  6. advantages, the update, metrics, evaluation: the trainer, on the driver
 
 Exactness. Keyed sampling makes a row's draws a function of the call's seed (one draw from the
 trainer's `sample_gen`) and the row's global index only. Every actor gets the driver's RNG state
@@ -20,9 +23,9 @@ The rewards come from the same `Scorer` with the same containment, and the weigh
 single process samples from (below), so completions and rewards equal its run's, and losses agree
 to fp32 rounding: a shard decodes its rows at other batch widths than one process does, and a
 row's matrix products round differently by width, which moves its sampling log-probs by
-1e-5 to 1e-4 (tests/distributed/test_ray_mode.py checks losses to 1e-5).
+1e-5 to 1e-4 (tests/distributed/test_ray_rollouts.py checks losses to 1e-5).
 
-Weight sync. The base loop calls `_sync_rollout_weights` in its main thread right before the
+Weight sync. The trainer's rollout schedule calls `sync` in its main thread right before the
 weights of the next batch are fixed; that is where the driver puts them. On-policy that is before
 each step's collect (after the previous update); with rollout.off_policy_steps=1 it is before the
 next batch is handed to the background thread, i.e. before this step's update, so the actors draw
@@ -45,9 +48,8 @@ the driver syncs only the trainable tensors (the adapters): the frozen base is l
 same `model.name_or_path` on both sides and never changes, so the sync is small and exact.
 Without LoRA the full state_dict is synced.
 
-The driver keeps the base class's local engine for held-out evaluation; the base class's verifier
-pool (reward.workers > 0) is closed at once, as scoring happens in the reward actors, each of
-which runs its own pool of `reward.workers` processes when that is set.
+The driver keeps its local engine for held-out evaluation; scoring happens in the reward actors,
+each of which runs its own pool of `reward.workers` processes when that is set.
 
 Ray mode has one learner process: under torchrun (world size > 1) it is refused.
 """
@@ -61,7 +63,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -69,8 +70,8 @@ import torch
 from rlvr.config import Config, ModelConfig
 from rlvr.distributed.world import World, launched_world_size
 from rlvr.errors import ConfigError, UserError
-from rlvr.rollout import RolloutBatch, SamplingParams, build_engine, concat_batches
-from rlvr.training.grpo import GRPOTrainer, Scorer
+from rlvr.rewards.scoring import Scorer
+from rlvr.rollout import RolloutBatch, Round, SamplingParams, build_engine, concat_batches
 
 
 class WorkerLost(UserError):
@@ -256,38 +257,43 @@ class RewardWorker:
 # -- the driver ----------------------------------------------------------------------------------
 
 
-class RayGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose rollouts and rewards run in Ray actors; this process is the learner."""
+def check_ray_world(world: World | None) -> Any:
+    """Ray mode has one learner process: refused under torchrun. Returns the `ray` module (a
+    missing extra fails here, before any model loads)."""
+    if (world is not None and world.distributed) or launched_world_size() > 1:
+        raise ConfigError(
+            "distributed.ray: Ray mode runs one learner process; start it with `rlvr train`, "
+            "not torchrun"
+        )
+    return import_ray()
+
+
+class RayRollouts:
+    """A rollout source whose rounds run in Ray actors; this process is the learner.
+
+    `generator` is the run's sampler RNG: its state goes to every rollout actor with each round
+    and the driver adopts the state an actor returns, so later rounds draw as one process would.
+    """
 
     def __init__(
         self,
         cfg: Config,
-        run_dir: Path,
+        sampling: SamplingParams,
+        generator: torch.Generator,
         *,
-        progress: bool = True,
         log: Callable[[str], None] = print,
-        resume: bool = False,
-        world: World | None = None,
     ) -> None:
-        if (world is not None and world.distributed) or launched_world_size() > 1:
-            raise ConfigError(
-                "distributed.ray: Ray mode runs one learner process; start it with `rlvr train`, "
-                "not torchrun"
-            )
-        self.ray = import_ray()  # before the model loads: a missing extra fails fast
-        super().__init__(cfg, run_dir, progress=progress, log=log, resume=resume, world=world)
-        if self.pool is not None:  # scoring happens in the reward actors
-            self.pool.close()
-            self.pool = None
-            self.scorer = Scorer(self.verifier)
+        self.ray = import_ray()
+        self.cfg, self.sampling, self.generator, self.log = cfg, sampling, generator, log
         self.started_ray = False
         self.cpus_per_worker = cfg.distributed.cpus_per_worker
         self.rollout_actors: list[Any] = []
         self.reward_actors: list[Any] = []
         self.worker_restarts = 0
+        self.rounds = 0
         self._incarnations: dict[str, str] = {}
         self._weights: tuple[int, Any] | None = None
-        self._version, self._weights_step = 0, -1
+        self._version = 0
         try:
             self._start_ray()
             self._create_actors()
@@ -298,7 +304,7 @@ class RayGRPOTrainer(GRPOTrainer):
     # -- cluster -------------------------------------------------------------------------------
 
     def _start_ray(self) -> None:
-        """Join or start Ray; `started_ray` says whether this trainer started (and so shuts
+        """Join or start Ray; `started_ray` says whether this source started (and so shuts
         down) the connection."""
         ray, d = self.ray, self.cfg.distributed
         if not ray.is_initialized():
@@ -307,38 +313,12 @@ class RayGRPOTrainer(GRPOTrainer):
                 options["num_cpus"] = d.ray_num_cpus
             ray.init(address=d.ray_address, **options)
             self.started_ray = True
-        self.cpus_per_worker = self._fit_cpus(local=self.started_ray and d.ray_address is None)
-
-    def _fit_cpus(self, *, local: bool) -> float:
-        """CPUs to reserve per actor. Actors that do not fit would wait forever: on a local
-        cluster (one machine, where a reservation is only a share of its cores) every actor
-        reserves an equal share of the cluster instead; a joined cluster may still grow, so
-        there it is only said. GPUs a local cluster lacks are a one-line error."""
-        d = self.cfg.distributed
-        have = self.ray.cluster_resources()
-        workers = d.rollout_workers + d.reward_workers
-        cpus = have.get("CPU", 0.0)
-        need_gpu = d.rollout_workers * d.gpus_per_rollout_worker
-        if local and need_gpu > have.get("GPU", 0.0) + 1e-9:
-            raise ConfigError(
-                f"distributed.gpus_per_rollout_worker: {d.rollout_workers} rollout workers need "
-                f"{need_gpu:g} GPUs but the local Ray cluster has {have.get('GPU', 0.0):g}"
-            )
-        if workers * d.cpus_per_worker <= cpus + 1e-9:
-            return d.cpus_per_worker
-        if not local:
-            self.log(
-                f"warning [ray]: {workers} workers x distributed.cpus_per_worker="
-                f"{d.cpus_per_worker:g} need more than the cluster's {cpus:g} CPUs; the workers "
-                "wait until the cluster grows"
-            )
-            return d.cpus_per_worker
-        share = math.floor(cpus / workers * 1000) / 1000
-        self.log(
-            f"ray: {workers} workers x distributed.cpus_per_worker={d.cpus_per_worker:g} do not "
-            f"fit the local cluster's {cpus:g} CPUs; each reserves {share:g} CPUs"
+        self.cpus_per_worker = fit_cpus(
+            self.cfg,
+            self.ray.cluster_resources(),
+            self.log,
+            local=self.started_ray and d.ray_address is None,
         )
-        return share
 
     def _create_actors(self) -> None:
         cfg, d = self.cfg, self.cfg.distributed
@@ -359,7 +339,7 @@ class RayGRPOTrainer(GRPOTrainer):
         ]
 
     def close(self) -> None:
-        """Stop this trainer's actors, and Ray itself when this trainer started it."""
+        """Stop the actors, and Ray itself when this source started it."""
         ray = getattr(self, "ray", None)
         if ray is None or not ray.is_initialized():
             return
@@ -371,42 +351,22 @@ class RayGRPOTrainer(GRPOTrainer):
             ray.shutdown()
             self.started_ray = False
 
-    def train(self) -> dict[str, Any]:
-        try:
-            return super().train()
-        finally:
-            self.close()
-
     # -- one round -----------------------------------------------------------------------------
 
-    def _sync_rollout_weights(self) -> None:
-        """Called by the base loop, in the main thread, right before the weights the next batch
-        is drawn from are fixed (before an on-policy collect; before an off-policy collect is
-        handed to the background thread, i.e. before this step's update): put them now."""
-        sync = getattr(super(), "_sync_rollout_weights", None)
-        if sync is not None:
-            sync()
-        self._put_weights()
-
-    def _put_weights(self) -> None:
+    def sync(self, model: torch.nn.Module) -> None:
+        """Called in the main thread right before the weights the next batch is drawn from are
+        fixed (before an on-policy collect; before an off-policy collect is handed to the
+        background thread, i.e. before this step's update): put them now."""
         self._version += 1
-        self._weights = (self._version, self.ray.put(sync_state(self.model)))
-
-    def weights_ref(self) -> tuple[int, Any]:
-        """(version, ObjectRef) of the weights the rollouts use: put once per weights change
-        by `_sync_rollout_weights`; with a base loop that has no such hook, once per step."""
-        hooked = hasattr(GRPOTrainer, "_sync_rollout_weights")
-        if self._weights is None or (not hooked and self._weights_step != self.step):
-            self._weights_step = self.step
-            self._put_weights()
-        assert self._weights is not None
-        return self._weights
+        self._weights = (self._version, self.ray.put(sync_state(model)))
 
     def dispatch_generate(
         self, prompts: list[list[int]], g: int, seed_state: torch.Tensor
     ) -> list[tuple[int, Any]]:
         """Send each rollout actor its contiguous shard of the prompts: [(first prompt, ref)]."""
-        version, ref = self.weights_ref()
+        if self._weights is None:
+            raise RuntimeError("RayRollouts.round before any sync: the actors have no weights")
+        version, ref = self._weights
         shards = shard_ranges(len(prompts), len(self.rollout_actors))
         return [
             (
@@ -438,31 +398,31 @@ class RayGRPOTrainer(GRPOTrainer):
                 result = self.ray.get(ref)
             except self.ray.exceptions.RayActorError:
                 raise WorkerLost(
-                    f"ray {name} died at step {self.step} and could not be restarted or its "
-                    f"batch retried (distributed.max_restarts={self.cfg.distributed.max_restarts})"
+                    f"ray {name} died in rollout round {self.rounds} and could not be restarted "
+                    f"or its batch retried (distributed.max_restarts="
+                    f"{self.cfg.distributed.max_restarts})"
                 ) from None
             seen = self._incarnations.get(name)
             if seen is not None and seen != result.incarnation:
                 self.worker_restarts += 1
-                self.log(f"ray: {name} was restarted at step {self.step}; its batch was retried")
+                self.log(f"ray: {name} was restarted in rollout round {self.rounds}; retried")
             self._incarnations[name] = result.incarnation
             out.append(result)
         return out
 
-    def rollout_round(
-        self, samples: list[Mapping[str, Any]], g: int
-    ) -> tuple[RolloutBatch, list[float], int, float, float]:
-        """The base class's round with generation and scoring in the actors: the same rows,
-        rewards and sampler state as one process."""
+    def round(
+        self, samples: list[Mapping[str, Any]], g: int, encode: Callable[[Mapping], list[int]]
+    ) -> Round:
+        """Generation and scoring in the actors: the same rows, rewards and sampler state as
+        one process."""
+        self.rounds += 1
         t0 = time.perf_counter()
-        refs = self.dispatch_generate(
-            [self.encode(s) for s in samples], g, self.sample_gen.get_state()
-        )
+        refs = self.dispatch_generate([encode(s) for s in samples], g, self.generator.get_state())
         generated = self.gather("rollout", refs)
         batch = concat_batches([(lo, r.batch) for (lo, _), r in zip(refs, generated)])
         check_rows(batch.prompt_index, len(samples), g)
         if generated:  # every shard drew the same: continue from where one of them stopped
-            self.sample_gen.set_state(generated[0].generator_state)
+            self.generator.set_state(generated[0].generator_state)
         t_generate = time.perf_counter() - t0
         t0 = time.perf_counter()
         scored = self.gather(
@@ -474,20 +434,46 @@ class RayGRPOTrainer(GRPOTrainer):
             raise RowAccountingError(
                 f"ray reward: {len(rewards)} rewards for the round's {len(batch)} rows"
             )
+        components: dict[str, list[float]] = {}
         for part in scored:
             for name, values in part.components.items():
-                self.scorer.components.setdefault(name, []).extend(values)
+                components.setdefault(name, []).extend(values)
         t_score = time.perf_counter() - t0
-        return batch, rewards, sum(p.failures for p in scored), t_generate, t_score
+        failures = sum(p.failures for p in scored)
+        return Round(batch, rewards, failures, t_generate, t_score, components)
 
-    def rollout_metrics(self, scored: Any) -> dict[str, float]:
-        m = super().rollout_metrics(scored)
-        m["ray_worker_restarts"] = self.worker_restarts  # since the run started
-        return m
+    def metrics(self) -> dict[str, float]:
+        return {"ray_worker_restarts": self.worker_restarts}  # since the run started
 
 
-def make_trainer(cfg: Config, run_dir: Path, **kwargs: Any) -> GRPOTrainer:
-    """The trainer `rlvr train` runs: RayGRPOTrainer with distributed.ray=true, else
-    GRPOTrainer (kwargs: progress, log, resume, world)."""
-    cls = RayGRPOTrainer if cfg.distributed.ray else GRPOTrainer
-    return cls(cfg, run_dir, **kwargs)
+def fit_cpus(
+    cfg: Config, have: Mapping[str, float], log: Callable[[str], None], *, local: bool
+) -> float:
+    """CPUs to reserve per actor. Actors that do not fit would wait forever: on a local cluster
+    (one machine, where a reservation is only a share of its cores) every actor reserves an
+    equal share of the cluster instead; a joined cluster may still grow, so there it is only
+    said. GPUs a local cluster lacks are a one-line error. `have`: the cluster's resources."""
+    d = cfg.distributed
+    workers = d.rollout_workers + d.reward_workers
+    cpus = have.get("CPU", 0.0)
+    need_gpu = d.rollout_workers * d.gpus_per_rollout_worker
+    if local and need_gpu > have.get("GPU", 0.0) + 1e-9:
+        raise ConfigError(
+            f"distributed.gpus_per_rollout_worker: {d.rollout_workers} rollout workers need "
+            f"{need_gpu:g} GPUs but the local Ray cluster has {have.get('GPU', 0.0):g}"
+        )
+    if workers * d.cpus_per_worker <= cpus + 1e-9:
+        return d.cpus_per_worker
+    if not local:
+        log(
+            f"warning [ray]: {workers} workers x distributed.cpus_per_worker="
+            f"{d.cpus_per_worker:g} need more than the cluster's {cpus:g} CPUs; the workers "
+            "wait until the cluster grows"
+        )
+        return d.cpus_per_worker
+    share = math.floor(cpus / workers * 1000) / 1000
+    log(
+        f"ray: {workers} workers x distributed.cpus_per_worker={d.cpus_per_worker:g} do not "
+        f"fit the local cluster's {cpus:g} CPUs; each reserves {share:g} CPUs"
+    )
+    return share

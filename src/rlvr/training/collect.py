@@ -1,0 +1,117 @@
+"""One step's batch: draw prompts, generate and score G completions each, shape the rewards.
+
+    samples  = task.sample_train(rng) x prompts_per_step
+    round    = source.round(samples, G)                      (generate + verify)
+    rewards += overlong penalty                               (DAPO overlong shaping, optional)
+    keep the groups whose rewards are not all equal          (DAPO dynamic sampling, optional:
+                                                              resample until prompts_per_step
+                                                              informative groups, at most
+                                                              1 + max_sampling_rounds rounds)
+
+Curricula see the step before its prompts are drawn (`task.on_step`) and the verifier's rewards
+of every round (`task.observe`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlvr.algorithms import zero_variance_groups
+from rlvr.config import Config
+from rlvr.rewards.length import overlong_penalties
+from rlvr.rollout import RolloutBatch, Round
+from rlvr.training.rollouts import RolloutSource
+
+
+@dataclass
+class ScoredRollouts:
+    """Completions of one step with their samples and rewards (row-aligned)."""
+
+    batch: RolloutBatch
+    samples: list[Mapping[str, Any]]
+    rewards: torch.Tensor  # [N]
+    verifier_failures: int
+    rounds: int = 1
+    groups_kept: int = 0
+    time_generate_s: float = 0.0
+    time_score_s: float = 0.0
+    staleness: int = 0  # optimizer steps between the sampler's weights and the learner's
+    components: dict[str, list[float]] = field(default_factory=dict)  # composite verifier parts
+    task_metrics: dict[str, float] = field(default_factory=dict)  # e.g. the curriculum level
+
+
+def informative_groups(rewards: list[float], g: int) -> list[int]:
+    """Indices of the groups (g consecutive rows each) whose rewards are not all equal.
+    float64, so two rewards that differ only beyond float32's precision still differ."""
+    r = torch.tensor(rewards, dtype=torch.float64)
+    group_ids = torch.arange(len(rewards)) // g
+    constant = zero_variance_groups(r, group_ids)[::g]
+    return [j for j in range(len(rewards) // g) if not constant[j]]
+
+
+def collect(
+    cfg: Config,
+    task: Any,
+    source: RolloutSource,
+    prompt_rng: Any,
+    encode: Callable[[Mapping[str, Any]], list[int]],
+    step: int,
+) -> ScoredRollouts:
+    """Sample and score the batch of `step` (1-based)."""
+    want, g = cfg.rollout.prompts_per_step, cfg.rollout.group_size
+    dynamic = cfg.algorithm.dynamic_sampling
+    max_rounds = 1 + (cfg.algorithm.max_sampling_rounds if dynamic else 0)
+    rounds: list[tuple[Round, list, list[float]]] = []
+    kept: list[tuple[int, int]] = []  # (round, group within round)
+    components: dict[str, list[float]] = {}
+    if hasattr(task, "on_step"):  # curricula: difficulty may follow training progress
+        task.on_step(step - 1, cfg.training.steps)  # 0-based
+    while len(rounds) < max_rounds and len(kept) < want:
+        samples = [task.sample_train(prompt_rng) for _ in range(want)]
+        result = source.round(samples, g, encode)
+        for name, values in result.components.items():
+            components.setdefault(name, []).extend(values)
+        rewards = result.rewards
+        if hasattr(task, "observe"):  # adaptive curricula see the verifier's rewards
+            task.observe([samples[i] for i in result.batch.prompt_index], rewards)
+        if cfg.reward.overlong_buffer:
+            penalties = overlong_penalties(
+                result.batch.completion_lengths,
+                cfg.rollout.max_new_tokens,
+                cfg.reward.overlong_buffer,
+                cfg.reward.overlong_penalty_factor,
+            )
+            rewards = [r + p for r, p in zip(rewards, penalties)]
+        rounds.append((result, samples, rewards))
+        groups = informative_groups(rewards, g) if dynamic else range(want)
+        kept += [(len(rounds) - 1, j) for j in groups]
+    kept = kept[:want]
+    groups_kept = len(kept)
+    if not kept:  # nothing informative in any round: train on the last round as it is
+        kept = [(len(rounds) - 1, j) for j in range(want)]
+    rows = [(r, j * g + k) for r, j in kept for k in range(g)]
+    batches = [result.batch for result, _, _ in rounds]
+    merged = RolloutBatch(
+        prompt_ids=[batches[r].prompt_ids[i] for r, i in rows],
+        completion_ids=[batches[r].completion_ids[i] for r, i in rows],
+        completion_text=[batches[r].completion_text[i] for r, i in rows],
+        logprobs=[batches[r].logprobs[i] for r, i in rows],
+        finish_reason=[batches[r].finish_reason[i] for r, i in rows],
+        prompt_index=[gi for gi in range(len(kept)) for _ in range(g)],
+    )
+    return ScoredRollouts(
+        merged,
+        samples=[rounds[r][1][i // g] for r, i in rows],
+        rewards=torch.tensor([rounds[r][2][i] for r, i in rows], dtype=torch.float32),
+        verifier_failures=sum(result.failures for result, _, _ in rounds),
+        rounds=len(rounds),
+        groups_kept=groups_kept,
+        time_generate_s=sum(result.time_generate_s for result, _, _ in rounds),
+        time_score_s=sum(result.time_score_s for result, _, _ in rounds),
+        components=components,
+        task_metrics=task.metrics() if hasattr(task, "metrics") else {},
+    )

@@ -1,0 +1,151 @@
+"""Forward paths of the update: how a step's rows become forward/backward units and log-probs.
+
+Both paths share one interface, chosen by `training.token_budget`:
+
+    units = path.micro_batches(tokens, rows)       [(row indices, unit), ...]
+    lp, ent = path.logprobs(model, unit, ...)      [R, width] completion log-probs (entropies)
+    total, real = path.token_counts(unit)          tokens the forward runs over, of them real
+
+- `PaddedForward` (token_budget = 0): slices of `micro_batch_size` rows of the padded
+  [left-padded prompt | right-padded completion] layout; one forward with
+  `logits_to_keep = C + 1` (rlvr.training.logprobs).
+- `PackedForward` (token_budget > 0, the default): rows packed without padding into
+  micro-batches of at most `token_budget` tokens, block-diagonal attention, one prompt copy per
+  shared-prompt unit; log-probs from the decoder's hidden states at completion positions only,
+  projected to the vocabulary in chunks (rlvr.training.packing). Before its first unit it checks
+  once that the model's logits are its output head applied to its hidden states (`check`).
+Both give the same log-probs within fp32 rounding (tests/training/test_packing.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlvr.config import Config
+from rlvr.errors import ConfigError
+from rlvr.training.logprobs import TokenBatch, check_output_head, completion_logprobs
+from rlvr.training.packing import (
+    PackedRows,
+    packed_completion_logprobs,
+    packed_micro_batches,
+)
+
+Unit = TokenBatch | PackedRows
+
+
+class PaddedForward:
+    """Micro-batches of `micro_batch_size` padded rows."""
+
+    def __init__(self, micro_batch_size: int, temperature: float) -> None:
+        self.micro_batch_size, self.temperature = micro_batch_size, temperature
+
+    def micro_batches(self, tokens: TokenBatch, rows: torch.Tensor) -> list[tuple[Any, Unit]]:
+        mbs = self.micro_batch_size
+        return [
+            (rows[s : s + mbs], tokens.rows(rows[s : s + mbs])) for s in range(0, len(rows), mbs)
+        ]
+
+    def logprobs(
+        self, model: Any, unit: Unit, *, with_entropy: bool = False, entropy_grad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return completion_logprobs(
+            model,
+            unit,
+            temperature=self.temperature,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+        )
+
+    def token_counts(self, unit: Unit) -> tuple[int, int]:
+        return unit.input_ids.numel(), int(unit.attention_mask.sum())
+
+    def check(self, model: Any, tokens: TokenBatch) -> None:
+        """The padded path runs the model's own forward: nothing to check."""
+
+
+class PackedForward:
+    """Packed, padding-free micro-batches of at most `token_budget` tokens."""
+
+    def __init__(
+        self,
+        *,
+        token_budget: int,
+        micro_batch_size: int,
+        pad_id: int,
+        share_prompts: bool,
+        pair_cost: float,
+        chunk_size: int,
+        temperature: float,
+    ) -> None:
+        self.token_budget, self.max_rows, self.pad_id = token_budget, micro_batch_size, pad_id
+        self.share_prompts, self.pair_cost = share_prompts, pair_cost
+        self.chunk_size, self.temperature = chunk_size, temperature
+        self.checked = False
+
+    def micro_batches(self, tokens: TokenBatch, rows: torch.Tensor) -> list[tuple[Any, Unit]]:
+        prompts, completions = tokens.unpadded()
+        packs = packed_micro_batches(
+            prompts,
+            completions,
+            rows.tolist(),
+            token_budget=self.token_budget,
+            max_rows=self.max_rows,
+            pad_id=self.pad_id,
+            share_prompts=self.share_prompts,
+            pair_cost=self.pair_cost,
+        )
+        return [(p.rows, p) for p in packs]
+
+    def logprobs(
+        self, model: Any, unit: Unit, *, with_entropy: bool = False, entropy_grad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return packed_completion_logprobs(
+            model,
+            unit,
+            temperature=self.temperature,
+            chunk_size=self.chunk_size,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+        )
+
+    def token_counts(self, unit: Unit) -> tuple[int, int]:
+        return unit.num_tokens, unit.num_real_tokens
+
+    def check(self, model: Any, tokens: TokenBatch) -> None:
+        """Once per run: the packed path rebuilds the logits from the decoder's hidden states
+        and the output head; refuse an architecture whose forward transforms them otherwise.
+        `model` holds whole weights (under FSDP the rollout replica)."""
+        if self.checked:
+            return
+        prompts, completions = tokens.unpadded()
+        ids = torch.cat([prompts[0], completions[0]])[None]
+        was_training = model.training
+        model.eval()  # no dropout: the two forwards must see the same network
+        error = check_output_head(model, ids)
+        model.train(was_training)
+        if error > 1e-3:
+            raise ConfigError(
+                "training.token_budget: this model's logits are not its output head applied to "
+                f"its decoder's hidden states (relative difference {error:.2g}); set "
+                "training.token_budget=0 to train it with padded micro-batches"
+            )
+        self.checked = True
+
+
+def build_forward(cfg: Config, pad_id: int, pair_cost: float) -> PaddedForward | PackedForward:
+    """The update's forward path: packed when training.token_budget > 0, else padded."""
+    t = cfg.training
+    temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
+    if t.token_budget == 0:
+        return PaddedForward(t.micro_batch_size, temperature)
+    return PackedForward(
+        token_budget=t.token_budget,
+        micro_batch_size=t.micro_batch_size,
+        pad_id=pad_id,
+        share_prompts=t.share_prompts,
+        pair_cost=pair_cost,
+        chunk_size=t.logprob_chunk,
+        temperature=temperature,
+    )

@@ -1,0 +1,138 @@
+"""The optimizer side of the policy: log-prob passes over a step's rows and the optimizer step.
+
+Data parallelism lives here, so the update reads the same with one process or many:
+  - every rank runs its share of the rows (`world.rows`), with the *global* loss normalisers;
+  - replicated (DDP) learners sum their gradients (`world.all_reduce_grads`); a sharded (FSDP2)
+    learner reduce-scatters inside backward, and every rank must make as many forward/backward
+    passes as the busiest one, so a rank with fewer units pads with zero-weight passes;
+  - a NaN/inf loss or gradient skips that optimizer update (the weights stay; the schedule
+    still advances, so it remains a function of the step) and is counted; too many in a row
+    stop the run with the last good checkpoint named.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.distributed.world import World
+from rlvr.training.checkpoint import latest_checkpoint
+from rlvr.training.forward import PackedForward, PaddedForward
+from rlvr.training.logprobs import TokenBatch
+from rlvr.training.optim import optimizer_step
+from rlvr.training.policy import Policy
+from rlvr.training.run import TrainingAborted
+
+
+class Learner:
+    def __init__(
+        self,
+        policy: Policy,
+        forward: PaddedForward | PackedForward,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        *,
+        max_grad_norm: float,
+        max_consecutive_skips: int,
+    ) -> None:
+        self.policy, self.forward = policy, forward
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.world: World = policy.world
+        self.max_grad_norm = max_grad_norm if max_grad_norm > 0 else math.inf
+        self.max_consecutive_skips = max_consecutive_skips
+        self.consecutive_skips = 0  # optimizer updates skipped in a row for a NaN/inf
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.policy.model
+
+    # -- log-prob passes ---------------------------------------------------------------------------
+
+    def unit_logprobs(
+        self, model: Any, unit: Any, **options: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[R, width] completion log-probs (and entropies) of one unit's rows under `model`."""
+        return self.policy.run(self.forward.logprobs, model, unit, **options)
+
+    @torch.no_grad()
+    def logprobs(self, model: Any, tokens: TokenBatch) -> torch.Tensor:
+        """[N, T] completion log-probs of every row, no gradient; each rank computes its share
+        of the rows and the others' shares arrive by a sum over ranks (zero elsewhere)."""
+        out = torch.zeros(tokens.completion_mask.shape)
+        units = self.forward.micro_batches(tokens, self.world.rows(torch.arange(len(tokens))))
+        sharded = self.policy.sharded and model is self.policy.model
+        idle = self.passes_behind(len(units)) if sharded else 0
+        for rows, unit in units:
+            lp, _ = self.unit_logprobs(model, unit)
+            out[rows, : lp.shape[1]] = lp.float().cpu()
+        self.idle_passes(tokens, idle)
+        return self.world.all_reduce(out)
+
+    def reference_logprobs(self, tokens: TokenBatch) -> torch.Tensor:
+        with self.policy.reference() as reference:
+            return self.logprobs(reference, tokens)
+
+    def passes_behind(self, mine: int) -> int:
+        """FSDP gathers and reduce-scatters inside every forward/backward, so all ranks must make
+        as many passes: how many fewer this rank, which makes `mine`, makes than the busiest. A
+        collective, so asked before any pass (a rank still in its passes could not answer)."""
+        return int(self.world.all_reduce(torch.tensor(mine), "max")) - mine
+
+    def idle_passes(self, tokens: TokenBatch, count: int, backward: bool = False) -> None:
+        """`count` passes of one row with zero weight, to match the busiest rank's passes."""
+        for _ in range(count):
+            lp, _ = self.unit_logprobs(
+                self.model, self.forward.micro_batches(tokens, torch.arange(1))[0][1]
+            )
+            if backward:
+                (lp.sum() * 0.0).backward()
+
+    # -- the optimizer step --------------------------------------------------------------------
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # FSDP averages gradients over ranks: scaled, the mean is the sum
+        (loss * self.world.size if self.policy.sharded else loss).backward()
+
+    def finish_gradients(self, tokens: TokenBatch, idle: int) -> None:
+        """After this rank's micro-batches: FSDP's matching passes, or DDP's gradient sum."""
+        if self.policy.sharded:
+            self.idle_passes(tokens, idle, backward=True)
+        else:
+            self.world.all_reduce_grads(self.model.parameters())
+
+    def step(self, loss: float) -> float | None:
+        """Clip and apply the accumulated gradients; returns the gradient norm, or None when a
+        NaN/inf loss or gradient skipped the update."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
+            grad_norm = grad_norm.full_tensor()
+        if not (math.isfinite(float(grad_norm)) and math.isfinite(loss)):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scheduler.step()
+            self.consecutive_skips += 1
+            return None
+        self.consecutive_skips = 0
+        optimizer_step(self.optimizer)
+        self.scheduler.step()
+        return float(grad_norm)
+
+    def check_skips(
+        self, step: int, skipped: int, run_dir: Path, log: Callable[[str], None]
+    ) -> None:
+        """Say that `skipped` updates of `step` were skipped; stop when too many in a row."""
+        limit = self.max_consecutive_skips
+        log(
+            f"warning [nonfinite] step {step}: {skipped} update(s) skipped for a NaN/inf "
+            f"loss or gradient ({self.consecutive_skips} in a row, limit {limit})"
+        )
+        if self.consecutive_skips >= limit:
+            last = latest_checkpoint(run_dir)
+            where = f"the last good checkpoint is {last}" if last else "no checkpoint was saved"
+            raise TrainingAborted(
+                f"aborting at step {step}: {self.consecutive_skips} consecutive updates had "
+                f"a NaN/inf loss or gradient (training.max_consecutive_skips={limit}); {where}"
+            )

@@ -1,0 +1,168 @@
+"""The policy being trained and the copies that serve it, built in one place.
+
+model          the learner's weights (under FSDP2 sharded over the ranks)
+reference      what KL is measured against: a frozen second copy, the LoRA policy with its
+               adapters switched off (no second copy), or nothing when kl_coef = 0
+rollout_model  the weights generation reads: the model itself, or a whole-weight replica
+               synced from it when the learner is sharded (FSDP) or generation runs off-policy
+               on a snapshot
+fsdp_root      FSDP2's root unit; a log-prob function called through it runs with the root's
+               parameters gathered (rlvr.distributed.fsdp)
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlvr.config import Config
+from rlvr.distributed.world import World
+from rlvr.errors import ConfigError
+from rlvr.models.loading import encode_prompt, load_model, load_tokenizer, uses_chat_template
+from rlvr.models.lora import is_lora, reference_context
+
+
+@dataclass
+class Policy:
+    model: torch.nn.Module
+    tokenizer: Any
+    chat: bool
+    ref_model: torch.nn.Module | None
+    use_reference: bool
+    rollout_model: torch.nn.Module
+    fsdp_root: Any
+    world: World
+    device: torch.device
+    system_prompt: str | None = None
+
+    @property
+    def sharded(self) -> bool:
+        return self.fsdp_root is not None
+
+    @property
+    def whole(self) -> torch.nn.Module:
+        """A module with the whole current weights (after `sync_rollout_weights` under FSDP)."""
+        return self.rollout_model if self.sharded else self.model
+
+    def encode(self, sample: Mapping[str, Any]) -> list[int]:
+        """The prompt's token ids as the model sees them (chat template when it has one)."""
+        return encode_prompt(
+            self.tokenizer,
+            sample["prompt"],
+            chat=self.chat,
+            system_prompt=sample.get("system") or self.system_prompt,
+        )
+
+    def run(self, fn: Callable[..., Any], model: torch.nn.Module, *args: Any, **kw: Any) -> Any:
+        """`fn(model, *args, **kw)`; for the sharded policy inside the FSDP root's forward, so
+        its parameters are gathered around the call."""
+        if self.fsdp_root is not None and model is self.model:
+            return self.fsdp_root(fn, *args, **kw)
+        return fn(model, *args, **kw)
+
+    @contextmanager
+    def reference(self) -> Iterator[torch.nn.Module]:
+        """The reference policy (only with use_reference)."""
+        if self.ref_model is not None:
+            yield self.ref_model
+            return
+        with reference_context(self.model) as base:
+            yield base
+
+    def sync_rollout_weights(self) -> None:
+        """The rollout replica (off-policy snapshot, FSDP's whole-weight copy) takes the
+        learner's current weights; under FSDP a collective every rank makes."""
+        if self.rollout_model is self.model:
+            return
+        if self.sharded:
+            from rlvr.distributed.fsdp import full_model_state
+
+            state = full_model_state(self.model)
+        else:
+            state = self.model.state_dict()
+        with torch.no_grad():
+            self.rollout_model.load_state_dict(state)
+
+    def gather_whole(self) -> None:
+        """Make `whole` current: under FSDP the replica takes the sharded weights (a collective
+        every rank makes); otherwise `whole` is the model itself."""
+        if self.sharded:
+            self.sync_rollout_weights()
+
+    def full_optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
+        """The optimizer state to checkpoint (gathered unsharded under FSDP: a collective)."""
+        if self.sharded:
+            from rlvr.distributed.fsdp import full_optimizer_state
+
+            return full_optimizer_state(self.model, optimizer)
+        return optimizer.state_dict()
+
+    def load_state(
+        self, model_state: dict, optimizer: torch.optim.Optimizer, optimizer_state: dict
+    ) -> None:
+        """Restore a checkpoint's unsharded model and optimizer states."""
+        if self.sharded:
+            from rlvr.distributed.fsdp import load_full_state
+
+            load_full_state(self.model, optimizer, model_state, optimizer_state)
+        else:
+            self.model.load_state_dict(model_state)
+            optimizer.load_state_dict(optimizer_state)
+
+
+def check_policy_config(cfg: Config, world: World) -> None:
+    """What the world makes impossible, said before any weights load."""
+    if cfg.rollout.off_policy_steps > 0 and world.distributed:
+        raise ConfigError(
+            "rollout.off_policy_steps=1: not supported under torchrun yet (the background "
+            "rollout thread would interleave collectives); use 0, or the Ray mode"
+        )
+    if world.distributed and cfg.distributed.strategy == "fsdp" and cfg.model.lora_rank:
+        raise ConfigError(
+            "distributed.strategy=fsdp: LoRA adapters are small enough to replicate; use "
+            "distributed.strategy=ddp with model.lora_rank"
+        )
+
+
+def build_policy(cfg: Config, world: World, device: torch.device, dtype: Any) -> Policy:
+    """Tokenizer, model (replicas start identical), reference, rollout copy, FSDP sharding."""
+    check_policy_config(cfg, world)
+    m = cfg.model
+    tokenizer = load_tokenizer(m.name_or_path, m.trust_remote_code, m.gguf_file)
+    chat = uses_chat_template(tokenizer, m.chat_template)
+    model = load_model(m, device, dtype, train=True)
+    world.broadcast_parameters(model)
+    # kl_coef = 0 needs no reference at all; with LoRA the reference is the policy's own frozen
+    # base with its adapters switched off, so no second copy of the weights is held.
+    use_reference = cfg.algorithm.kl_coef > 0
+    ref_model = (
+        load_model(m, device, dtype, train=False) if use_reference and not is_lora(model) else None
+    )
+    fsdp = world.distributed and cfg.distributed.strategy == "fsdp"
+    rollout_model = model
+    if cfg.rollout.off_policy_steps > 0 or fsdp:
+        # FSDP shards the policy and off-policy generation runs while the update changes it:
+        # both need whole weights of their own, a replica synced per step
+        rollout_model = copy.deepcopy(model).eval().requires_grad_(False)
+    fsdp_root = None
+    if fsdp:
+        from rlvr.distributed.fsdp import shard_policy
+
+        fsdp_root = shard_policy(model)
+    return Policy(
+        model=model,
+        tokenizer=tokenizer,
+        chat=chat,
+        ref_model=ref_model,
+        use_reference=use_reference,
+        rollout_model=rollout_model,
+        fsdp_root=fsdp_root,
+        world=world,
+        device=device,
+        system_prompt=cfg.data.system_prompt,
+    )

@@ -1,0 +1,234 @@
+"""Where a step's scored completions come from: rollout sources and the schedule around them.
+
+A *rollout source* generates G completions for each of a list of samples and scores them:
+`round(samples, g, encode) -> Round`. Sources share one interface and are chosen by config:
+  - `LocalRollouts`: the rollout engine in this process over the policy's weights (under
+    torchrun every rank generates and scores its contiguous share of the prompts, keyed
+    sampling with the global row offset, and the results are gathered on every rank);
+  - `rlvr.distributed.ray_rollouts.RayRollouts`: rollout and reward workers as Ray actors.
+A source also hears about weight changes (`sync(model)`), adds its own metrics (`metrics()`) and
+is closed at the end of the run (`close()`).
+
+A *schedule* decides which weights a step's batch is drawn from:
+  - `OnPolicy`: the weights as they are at the start of the step;
+  - `OneStepOffPolicy` (rollout.off_policy_steps=1): the next step's batch is generated in a
+    background thread by a snapshot taken before this step's update, while the update runs;
+    every batch is one update stale (corrected by truncated importance sampling in the loss).
+Both call `collect` (rlvr.training.collect), which draws the prompts, applies dynamic sampling
+and reward shaping, and returns a `ScoredRollouts`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+import torch
+
+from rlvr.config import Config
+from rlvr.distributed.world import World
+from rlvr.rewards.pool import VerifierPool
+from rlvr.rewards.scoring import Scorer
+from rlvr.rollout import RolloutBatch, Round, SamplingParams, concat_batches
+
+
+class RolloutSource(Protocol):
+    def round(
+        self, samples: list[Mapping[str, Any]], g: int, encode: Callable[[Mapping], list[int]]
+    ) -> Round: ...
+
+    def sync(self, model: torch.nn.Module) -> None: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def close(self) -> None: ...
+
+
+def check_rollout_source(cfg: Config, world: World) -> None:
+    """What the chosen source needs, checked before any weights load (Ray: the `ray` module
+    and a single learner process)."""
+    if cfg.distributed.ray:
+        from rlvr.distributed.ray_rollouts import check_ray_world
+
+        check_ray_world(world)
+
+
+def build_rollout_source(
+    cfg: Config,
+    engine: Any,
+    verifier: Callable[[str, Mapping[str, Any]], float],
+    sampling: SamplingParams,
+    generator: torch.Generator,
+    world: World,
+    log: Callable[[str], None] = print,
+) -> RolloutSource:
+    """The source `distributed.ray` selects: Ray actors, or the engine and a scorer here (in a
+    pool of reward.workers processes when that is > 0)."""
+    if cfg.distributed.ray:
+        from rlvr.distributed.ray_rollouts import RayRollouts
+
+        return RayRollouts(cfg, sampling, generator, log=log)
+    r = cfg.reward
+    pool = VerifierPool(r.verifier, r.workers, r.timeout_s) if r.workers > 0 else None
+    return LocalRollouts(engine, Scorer(verifier, pool), sampling, generator, world, log)
+
+
+class LocalRollouts:
+    """The rollout engine and the scorer in this process (one rank's share under torchrun).
+
+    `generator` is the run's sampler RNG (checkpointed by the trainer); each call draws the
+    call's seed from it (keyed sampling). On out-of-memory while generating, the rows decoded
+    together are halved and the call retried with the generator rewound, so the retry draws as
+    a fresh attempt would; logged once per halving."""
+
+    def __init__(
+        self,
+        engine: Any,
+        scorer: Scorer,
+        sampling: SamplingParams,
+        generator: torch.Generator,
+        world: World,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.engine, self.scorer, self.sampling = engine, scorer, sampling
+        self.generator, self.world, self.log = generator, world, log
+
+    def round(
+        self, samples: list[Mapping[str, Any]], g: int, encode: Callable[[Mapping], list[int]]
+    ) -> Round:
+        lo, hi = self.world.shard(len(samples))
+        t0 = time.perf_counter()
+        batch = self.generate([encode(s) for s in samples[lo:hi]], g, first_row=lo * g)
+        t_generate = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rewards, failures = self.scorer(
+            batch.completion_text, [samples[lo + i] for i in batch.prompt_index]
+        )
+        t_score = time.perf_counter() - t0
+        components = self.scorer.pop_components()
+        if not self.world.distributed:
+            return Round(batch, rewards, failures, t_generate, t_score, components)
+        parts = self.world.all_gather_object((lo, batch, rewards, failures, components))
+        batch = concat_batches([(first, part) for first, part, *_ in parts])
+        rewards = [r for part in parts for r in part[2]]
+        merged: dict[str, list[float]] = {}
+        for *_, part_components in parts:
+            for name, values in part_components.items():
+                merged.setdefault(name, []).extend(values)
+        return Round(batch, rewards, sum(p[3] for p in parts), t_generate, t_score, merged)
+
+    def generate(self, prompt_ids: list[list[int]], g: int, first_row: int = 0) -> RolloutBatch:
+        while True:
+            state = self.generator.get_state()
+            try:
+                batch = self.engine.generate(
+                    prompt_ids, g, self.sampling, generator=self.generator, first_row=first_row
+                )
+                self.engine.release_weights()  # the update changes them: no use keeping copies
+                return batch
+            except torch.OutOfMemoryError:
+                size = self.engine.max_batch_size
+                if size <= 1:
+                    raise
+                self.engine.max_batch_size = max(1, size // 2)
+                self.generator.set_state(state)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                self.log(
+                    f"warning [oom]: out of memory while generating {size} rows at once; "
+                    f"retrying with rollout.max_batch_size={self.engine.max_batch_size} for "
+                    "the rest of the run"
+                )
+
+    def sync(self, model: torch.nn.Module) -> None:
+        """The engine runs over the policy's (or its rollout copy's) own modules: nothing to do."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        if self.scorer.pool is not None:
+            self.scorer.pool.close()
+
+
+# -- schedules -----------------------------------------------------------------------------------
+
+
+class OnPolicy:
+    """Each step's batch is drawn from the weights as they are when the step starts."""
+
+    staleness = 0
+
+    def __init__(self, collect: Callable[[int], Any], sync: Callable[[], None]) -> None:
+        self.collect, self.sync = collect, sync
+
+    def next(self, step: int, last_step: int) -> Any:
+        self.sync()
+        return self.collect(step)
+
+    def metrics(self, scored: Any) -> dict[str, float]:
+        return {}
+
+    def pending(self) -> Any:
+        """The next step's batch when it is already made (never, on-policy)."""
+        return None
+
+    def resume_with(self, scored: Any) -> None:
+        if scored is not None:
+            raise ValueError("an on-policy run has no pending batch to resume with")
+
+    def close(self) -> None:
+        pass
+
+
+class OneStepOffPolicy:
+    """The next step's batch is generated in a background thread while this step's update runs,
+    by the weights as they were before that update (one step stale)."""
+
+    staleness = 1
+
+    def __init__(self, collect: Callable[[int], Any], sync: Callable[[], None]) -> None:
+        self.collect, self.sync = collect, sync
+        self.executor = ThreadPoolExecutor(max_workers=1)
+        self._pending: Future | None = None
+
+    def next(self, step: int, last_step: int) -> Any:
+        if self._pending is not None:  # generated during the previous update
+            scored = self._pending.result()
+        else:
+            self.sync()
+            scored = self.collect(step)
+        self._pending = None
+        if step < last_step:
+            self.sync()  # the next batch is drawn from the weights as they are before this update
+            self._pending = self.executor.submit(self._collect_stale, step + 1)
+        return scored
+
+    def metrics(self, scored: Any) -> dict[str, float]:
+        return {"rollout_staleness": scored.staleness}
+
+    def _collect_stale(self, step: int) -> Any:
+        scored = self.collect(step)
+        scored.staleness = 1
+        return scored
+
+    def pending(self) -> Any:
+        """The next step's batch (waits for it): saved in checkpoints, so a resumed run trains
+        on exactly the batch the uninterrupted run would have."""
+        return self._pending.result() if self._pending is not None else None
+
+    def resume_with(self, scored: Any) -> None:
+        if scored is not None:
+            self._pending = Future()
+            self._pending.set_result(scored)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def build_schedule(
+    off_policy_steps: int, collect: Callable[[int], Any], sync: Callable[[], None]
+) -> OnPolicy | OneStepOffPolicy:
+    return (OneStepOffPolicy if off_policy_steps else OnPolicy)(collect, sync)

@@ -1,0 +1,210 @@
+"""Run scaffolding shared by `rlvr train` and `rlvr sft`: what a run writes and when it saves.
+
+- `RunLog`: metrics.jsonl (one object per step, flushed at once), timings.jsonl in deterministic
+  mode (wall-clock numbers apart, so metrics.jsonl is identical across reruns and resumes), the
+  optional sinks (TensorBoard, W&B, MLflow) and the progress bar; rank 0 writes, other ranks
+  write nowhere.
+- `EvalSchedule`: the held-out evaluations before, every N steps and after training.
+- `CheckpointTriggers`: a checkpoint every N steps, every M minutes, and on SIGINT/SIGTERM (the
+  step in progress finishes, a checkpoint is written, `TrainingInterrupted` says how to resume);
+  under torchrun every rank agrees on the decision.
+- `write_summary`: summary.json, atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.config import CheckpointConfig, EvalConfig, LoggingConfig
+from rlvr.distributed.world import World
+from rlvr.errors import UserError
+from rlvr.observe.loggers import build_loggers
+from rlvr.observe.metrics import JsonlWriter, Progress
+
+
+def is_wall_clock(key: str) -> bool:
+    """Metrics that measure time or memory, which differ between two runs of the same seed."""
+    return key.startswith(("time_", "tokens_per_s", "memory_", "gpu_memory")) or key in (
+        "step_time_s",
+    )
+
+
+class _NullWriter:
+    """Where ranks other than 0 write their metrics: nowhere."""
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class RunLog:
+    """Where a run's per-step rows go: metrics.jsonl, timings.jsonl (deterministic mode), the
+    configured sinks and the progress bar. Appends: a resumed run's files were truncated to its
+    checkpoint's step before this opens them."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        config: dict[str, Any],
+        logging: LoggingConfig,
+        *,
+        deterministic: bool,
+        main: bool = True,
+    ) -> None:
+        self.writer = JsonlWriter(run_dir / "metrics.jsonl") if main else _NullWriter()
+        self.timings = None
+        if deterministic:
+            self.timings = JsonlWriter(run_dir / "timings.jsonl") if main else _NullWriter()
+        self.sinks = build_loggers(
+            logging.report_to if main else [],
+            run_dir,
+            config,
+            wandb_project=logging.wandb_project,
+            wandb_mode=logging.wandb_mode,
+        )
+        self.progress: Progress | None = None
+
+    def start_progress(self, total: int, enabled: bool, desc: str = "rlvr train") -> Progress:
+        self.progress = Progress(total, enabled, desc=desc)
+        return self.progress
+
+    def write(self, metrics: dict[str, Any], step: int) -> None:
+        """One step's row. In deterministic mode its wall-clock keys are moved (out of
+        `metrics`, in place) to timings.jsonl."""
+        if self.timings is not None:
+            wall = {k: metrics.pop(k) for k in list(metrics) if is_wall_clock(k)}
+            self.timings.write({"step": step, **wall})
+        self.writer.write(metrics)
+        self.sinks.log(metrics, step)
+
+    def write_eval(self, results: Mapping[str, float], step: int) -> None:
+        """A held-out evaluation outside the step rows (before or after training)."""
+        self.sinks.log({f"eval/{k}": v for k, v in results.items()}, step)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+        self.writer.close()
+        if self.timings is not None:
+            self.timings.close()
+        self.sinks.close()
+
+
+@dataclass(frozen=True)
+class EvalSchedule:
+    """When the held-out set is evaluated: before training, every `every` steps, after
+    training (the last step's periodic evaluation is left to the one after training)."""
+
+    before: bool
+    every: int
+    after: bool
+    total_steps: int
+
+    @classmethod
+    def from_config(cls, cfg: EvalConfig, total_steps: int, has_heldout: bool) -> EvalSchedule:
+        if not has_heldout:
+            return cls(False, 0, False, total_steps)
+        return cls(cfg.before, cfg.every, cfg.after, total_steps)
+
+    def periodic(self, step: int) -> bool:
+        last = step == self.total_steps
+        return bool(self.every) and step % self.every == 0 and not (last and self.after)
+
+
+class TrainingAborted(UserError):
+    """Training cannot go on (e.g. repeated NaN updates); the checkpoints on disk are good."""
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT/SIGTERM arrived: the step in progress finished and a checkpoint was saved."""
+
+    def __init__(self, signum: int, step: int, run_dir: Path, command: str = "train") -> None:
+        self.signum, self.step, self.run_dir = signum, step, run_dir
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"{name}: stopped after step {step}, checkpoint saved; continue with "
+            f"`rlvr {command} --resume --output-dir {run_dir}` and the same config"
+        )
+
+
+class StopSignals:
+    """While a run trains, SIGINT and SIGTERM ask it to stop after the current step (a second
+    SIGINT stops at once, as usual). Handlers are installed only in the main thread."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
+
+
+class CheckpointTriggers:
+    """Whether to save after a step: every `checkpoint.every` steps, when
+    `checkpoint.every_minutes` passed since the last save, or when a stop signal arrived.
+    Installs the SIGINT/SIGTERM handlers for its lifetime (`close` restores them). Under
+    torchrun every rank stops after the same step when any of them was signalled, and saves
+    when any of them is due (rank 0's clock decides in effect)."""
+
+    def __init__(self, cfg: CheckpointConfig, world: World | None = None) -> None:
+        self.every, self.minutes = cfg.every, cfg.every_minutes
+        self.world = world if world is not None else World()
+        self.last_save = time.monotonic()
+        self.signals = StopSignals()
+
+    def check(self, step: int) -> tuple[bool, int]:
+        """(save now, the signal that asks to stop after this step or 0); a collective."""
+        every = self.every and step % self.every == 0
+        due = self.minutes and time.monotonic() - self.last_save >= 60 * self.minutes
+        signum = int(self.world.all_reduce(torch.tensor(self.signals.signum or 0), "max"))
+        save = bool(self.world.all_reduce(torch.tensor(int(bool(every or due))), "max"))
+        return save or bool(signum), signum
+
+    def saved(self) -> None:
+        self.last_save = time.monotonic()
+
+    def close(self) -> None:
+        self.signals.restore()
+
+
+def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
+    """RUN_DIR/summary.json, written to a temp file and renamed into place."""
+    tmp = run_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(run_dir / "summary.json")
+
+
+def eval_line(when: str, e: Mapping[str, float]) -> str:
+    """One line of held-out results: generation metrics and, for SFT, the held-out loss."""
+    parts = []
+    if "accuracy" in e:
+        parts.append(
+            f"accuracy {e['accuracy']:.3f}  pass1_t1 {e['pass1_t1']:.3f}  "
+            f"reasoning {e['reasoning_fraction']:.3f}  length {e['mean_length']:.1f}  "
+            f"(n={e['n']})"
+        )
+    if "loss" in e:
+        parts.append(f"sft loss {e['loss']:.4f}")
+    return f"eval {when}: " + "  ".join(parts)

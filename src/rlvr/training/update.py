@@ -1,0 +1,250 @@
+"""The policy update of one step: (scored batch, learner) -> (statistics, advantages).
+
+old log-probs   π_old of every token when more than one optimizer update is made per batch,
+                when the KL goes into the reward, or off-policy (with one on-policy update
+                the detached current log-probs are exact and no extra pass is made)
+reference       π_ref of every token when kl_coef > 0
+advantages      per sequence, from the rewards within each group (the KL folded into the
+                reward first with algorithm.kl_in_reward)
+mu epochs x mini-batches, each one optimizer step over micro-batches:
+    loss = aggregate(policy loss · TIS weight) + β · aggregate(KL) − c_H · aggregate(entropy)
+with the mini-batch's global normalisers in every micro-batch, so gradient accumulation (and
+data parallelism) gives the gradient of one pass over the whole mini-batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlvr.algorithms import (
+    aggregate_loss,
+    get_advantage_estimator,
+    kl_in_reward,
+    kl_penalty,
+    masked_mean,
+    policy_loss,
+)
+from rlvr.config import Config
+from rlvr.training.learner import Learner
+from rlvr.training.logprobs import make_token_batch
+
+
+@dataclass
+class UpdateStats:
+    """Statistics of an update, accumulated over micro-batches and merged over ranks.
+
+    Keys ending in `_min` / `_max` keep the extreme; every other key is a token-weighted mean
+    (sum of value x completion tokens, divided by the tokens at the end)."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    weight: float = 0.0
+    extremes: dict[str, float] = field(default_factory=dict)
+    forward_tokens: int = 0
+    padding_tokens: int = 0
+
+    def add(self, stats: Mapping[str, Any], weight: float) -> None:
+        self.weight += weight
+        for k, v in stats.items():
+            if k.endswith("_min"):
+                self.extremes[k] = min(self.extremes.get(k, math.inf), float(v))
+            elif k.endswith("_max"):
+                self.extremes[k] = max(self.extremes.get(k, -math.inf), float(v))
+            else:
+                self.sums[k] = self.sums.get(k, 0.0) + float(v) * weight
+
+    @classmethod
+    def merge(cls, parts: list[UpdateStats]) -> UpdateStats:
+        out = cls(weight=sum(p.weight for p in parts))
+        for part in parts:
+            for k, v in part.sums.items():
+                out.sums[k] = out.sums.get(k, 0.0) + v
+            for k, v in part.extremes.items():
+                pick = min if k.endswith("_min") else max
+                out.extremes[k] = pick(out.extremes[k], v) if k in out.extremes else v
+        out.forward_tokens = sum(p.forward_tokens for p in parts)
+        out.padding_tokens = sum(p.padding_tokens for p in parts)
+        return out
+
+    def means(self) -> dict[str, float]:
+        out = {k: v / max(self.weight, 1.0) for k, v in self.sums.items()}
+        out.update(self.extremes)
+        # share of the update's forward tokens that are padding (a few % when packed)
+        out["padding_fraction"] = self.padding_tokens / max(self.forward_tokens, 1)
+        out["update_tokens"] = self.forward_tokens  # fewer with shared prompts; padding included
+        return out
+
+
+def advantages_of(cfg: Config, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    alg = cfg.algorithm
+    estimator = get_advantage_estimator(alg.advantage)
+    if alg.advantage in ("grpo", "reinforce_pp", "reinforce_pp_baseline"):
+        return estimator(rewards, group_ids, std=alg.std, eps=alg.eps)
+    return estimator(rewards, group_ids)
+
+
+def truncated_importance_weight(
+    old: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    ratio = torch.exp(old - sampler)
+    tis = ratio.clamp(max=cap)
+    return tis, {
+        "tis_weight_mean": masked_mean(tis, mask),
+        "tis_clip_fraction": masked_mean((ratio > cap).float(), mask),
+    }
+
+
+def update(
+    cfg: Config,
+    learner: Learner,
+    scored: Any,
+    shuffle_gen: torch.Generator,
+    *,
+    off_policy: bool,
+) -> tuple[dict[str, float], torch.Tensor]:
+    """Optimise on one scored batch; returns the step's statistics and the advantages used."""
+    alg, world, device = cfg.algorithm, learner.world, learner.policy.device
+    batch = scored.batch
+    pad_id = learner.policy.tokenizer.pad_token_id
+    tokens = make_token_batch(batch.prompt_ids, batch.completion_ids, pad_id)
+    if cfg.reward.mask_truncated:  # DAPO overlong filtering: truncated rows give no gradient
+        tokens.completion_mask[torch.tensor(batch.truncated, dtype=torch.bool)] = 0.0
+    mask = tokens.completion_mask
+    n = len(batch)
+    mini_batch = cfg.training.mini_batch_size or n
+    updates_per_step = cfg.training.ppo_epochs * (n // mini_batch)
+
+    learner.forward.check(learner.policy.whole, tokens)
+    t0 = time.perf_counter()
+    need_old = updates_per_step > 1 or alg.kl_in_reward or off_policy
+    old_lp = learner.logprobs(learner.model, tokens) if need_old else None
+    # the sampler's own log-probs, for the truncated importance weights of off-policy rows
+    sampler_lp = _padded(batch.logprobs, mask.shape) if off_policy else None
+    ref_lp = learner.reference_logprobs(tokens) if learner.policy.use_reference else None
+    time_logprobs = time.perf_counter() - t0
+
+    rewards = scored.rewards
+    if ref_lp is not None and alg.kl_in_reward:
+        rewards = kl_in_reward(
+            rewards, kl_penalty(old_lp, ref_lp, alg.kl_estimator), mask, alg.kl_coef
+        )
+    advantages = advantages_of(cfg, rewards, batch.group_ids)
+    # A row whose advantage is 0 everywhere has exactly zero gradient when the loss has no
+    # term but the surrogate (-A * ratio, clipped, times the TIS weight): its forward and
+    # backward are skipped; the normalisers below still count it (docs/training-speed.md).
+    skip_zero = (
+        cfg.training.skip_zero_advantage
+        and alg.entropy_coef == 0
+        and (ref_lp is None or alg.kl_in_reward)
+    )
+    active = advantages.reshape(n, -1).ne(0).any(dim=1) if skip_zero else None
+
+    t0 = time.perf_counter()
+    record = UpdateStats()
+    grad_norms, losses, skipped, rows_skipped = [], [], 0, 0
+    learner.model.train()
+    for _epoch in range(cfg.training.ppo_epochs):
+        order = torch.randperm(n, generator=shuffle_gen)
+        for start in range(0, n, mini_batch):
+            mb_rows = order[start : start + mini_batch]
+            agg = dict(
+                mode=alg.loss_aggregation,
+                max_tokens=cfg.rollout.max_new_tokens,
+                num_sequences=float(len(mb_rows)),
+                num_tokens=float(mask[mb_rows].sum()),
+            )
+            if active is not None:
+                run = mb_rows[active[mb_rows]]
+                # none active: one row still runs (zero gradient), so the optimizer steps as
+                # it would unskipped (momentum, weight decay) and every rank's path is kept
+                run = run if len(run) else mb_rows[:1]
+                rows_skipped += len(mb_rows) - len(run)
+                mb_rows = run
+            learner.optimizer.zero_grad(set_to_none=True)
+            mb_loss = 0.0
+            # this rank's share; the normalisers above count the whole mini-batch
+            units = learner.forward.micro_batches(tokens, world.rows(mb_rows))
+            idle = learner.passes_behind(len(units)) if learner.policy.sharded else 0
+            for rows, unit in units:
+                total, real = learner.forward.token_counts(unit)
+                record.forward_tokens += total
+                record.padding_tokens += total - real
+                lp, ent = learner.unit_logprobs(
+                    learner.model, unit, with_entropy=True, entropy_grad=alg.entropy_coef > 0
+                )
+                width = lp.shape[1]
+                mask_rows = mask[rows, :width]
+                m = mask_rows.to(device)
+                old = old_lp[rows, :width].to(device) if old_lp is not None else lp.detach()
+                per_token, pstats = policy_loss(
+                    lp,
+                    old,
+                    advantages[rows].to(device),
+                    m,
+                    clip_ratio_low=alg.clip_ratio_low,
+                    clip_ratio_high=alg.clip_ratio_high,
+                    dual_clip_c=alg.dual_clip_c,
+                    ratio_level=alg.ratio_level,
+                )
+                if sampler_lp is not None:
+                    # truncated importance sampling: pi_old / pi_sampler, capped, no gradient
+                    tis, tis_stats = truncated_importance_weight(
+                        old, sampler_lp[rows, :width].to(device), m, alg.tis_cap
+                    )
+                    per_token = per_token * tis
+                    pstats.update(tis_stats)
+                loss = aggregate_loss(per_token, m, **agg)
+                if ref_lp is not None and not alg.kl_in_reward:
+                    kl = kl_penalty(lp, ref_lp[rows, :width].to(device), alg.kl_estimator)
+                    loss = loss + alg.kl_coef * aggregate_loss(kl, m, **agg)
+                    pstats["kl"] = masked_mean(kl.detach(), m)
+                elif ref_lp is not None:
+                    pstats["kl"] = masked_mean(
+                        kl_penalty(old_lp[rows, :width], ref_lp[rows, :width], alg.kl_estimator),
+                        mask_rows,
+                    )
+                if alg.entropy_coef > 0:
+                    loss = loss - alg.entropy_coef * aggregate_loss(ent, m, **agg)
+                learner.backward(loss)
+                pstats["entropy"] = masked_mean(ent.detach(), m)
+                mb_loss += float(loss.detach())
+                record.add(pstats, float(m.sum()))
+            learner.finish_gradients(tokens, idle)
+            mb_loss = float(world.all_reduce(torch.tensor(mb_loss, dtype=torch.float64)))
+            grad_norm = learner.step(mb_loss)
+            if grad_norm is None:
+                skipped += 1
+                continue
+            grad_norms.append(grad_norm)
+            losses.append(mb_loss)
+    time_update = time.perf_counter() - t0
+    if world.distributed:  # the step's statistics over all ranks' rows
+        record = UpdateStats.merge(world.all_gather_object(record))
+    stats = record.means()
+    stats["grad_norm"] = sum(grad_norms) / max(1, len(grad_norms))
+    stats["skipped_updates"] = skipped
+    stats["update_rows_skipped"] = rows_skipped  # zero-advantage rows not run, all passes
+    # With one update per batch the clipped loss is ~0 by construction (ratio = 1, only its
+    # gradient matters); see docs. advantage_abs_mean shows the signal strength instead.
+    stats["loss"] = sum(losses) / max(1, len(losses))
+    stats["lr"] = learner.scheduler.get_last_lr()[0]
+    stats["advantage_abs_mean"] = float(advantages.abs().mean())
+    stats["time_logprobs_s"] = time_logprobs
+    stats["time_update_s"] = time_update
+    stats["tokens_per_s_train"] = (
+        float(mask.sum()) * cfg.training.ppo_epochs / max(time_update, 1e-9)
+    )
+    return stats, advantages
+
+
+def _padded(rows: list[torch.Tensor], shape: torch.Size) -> torch.Tensor:
+    """Per-row 1-D float tensors as one zero-padded [N, T] float32 tensor of `shape`."""
+    out = torch.zeros(shape)
+    for i, row in enumerate(rows):
+        out[i, : row.numel()] = row.float()
+    return out
