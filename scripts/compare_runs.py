@@ -4,8 +4,9 @@
 
 Checks out REV into a temporary git worktree, runs each scenario once with REV's source and once
 with this checkout's (`PYTHONPATH=<tree>/src`, one thread, `checkpoint.deterministic=true`), and
-compares the SHA-256 of `metrics.jsonl` and of the final weights (`final/model.safetensors`).
-Prints one JSON line per scenario and exits 1 when any pair differs. Hashes depend on the CPU's
+compares the SHA-256 of `metrics.jsonl` (the file, and its rows without wall-clock keys) and of
+the final weights (`final/model.safetensors`). Prints one JSON line per scenario and exits 1
+when what a pair computed differs (rows or weights). Hashes depend on the CPU's
 kernels (AVX2 vs AVX-512), so they are compared within one run on one machine, never across.
 
 Scenarios (each a few to ~40 seconds on a 2-core CPU):
@@ -94,17 +95,15 @@ def sha256(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def metrics_sha256(path: Path) -> str | None:
-    """The file's hash; where it holds wall-clock keys (`rlvr sft` writes them even in
-    deterministic mode), the hash of its rows without them, so only what the run computed counts."""
+def computed_sha256(path: Path) -> str | None:
+    """The hash of the file's rows without wall-clock keys: what the run computed. (`rlvr sft`
+    wrote wall-clock keys into metrics.jsonl even in deterministic mode before it shared
+    `rlvr train`'s run log, which moves them to timings.jsonl.)"""
     if not path.exists():
         return None
-    text = path.read_text()
-    if not any(f'"{key}' in text for key in WALL_CLOCK):
-        return sha256(path)
-    rows = [json.loads(line) for line in text.splitlines()]
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
     rows = [{k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in rows]
-    return "stripped:" + hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
 def run(src: Path, name: str, out: Path) -> dict[str, str | None]:
@@ -118,7 +117,8 @@ def run(src: Path, name: str, out: Path) -> dict[str, str | None]:
     if proc.returncode != 0:
         raise SystemExit(f"{name} with {src} failed:\n{proc.stderr[-3000:]}")
     return {
-        "metrics": metrics_sha256(out / "metrics.jsonl"),
+        "metrics": sha256(out / "metrics.jsonl"),
+        "metrics_computed": computed_sha256(out / "metrics.jsonl"),
         "weights": sha256(out / "final" / "model.safetensors"),
     }
 
@@ -147,7 +147,9 @@ def main() -> int:
                 out = root / f"{name}-{side}"
                 subprocess.run(["rm", "-rf", str(out)], check=True)
                 result[side] = run(src, name, out)
-            result["identical"] = result["base"] == result["head"]
+            base, head = result["base"], result["head"]
+            result["identical"] = all(base[k] == head[k] for k in ("metrics_computed", "weights"))
+            result["metrics_file_identical"] = base["metrics"] == head["metrics"]
             failed |= not result["identical"]
             print(json.dumps(result), flush=True)
     finally:
