@@ -10,6 +10,9 @@ Shapes: B sequences (completions) padded to T tokens.
 `.backward()` on. An entropy bonus is applied by the trainer as
 `loss − entropy_coef · masked_mean(entropy_from_logits(logits), mask)`, and a KL loss term as
 `loss + β · aggregate_loss(kl_penalty(...), mask, mode)` (see kl.py).
+
+The other policy-loss variants (cispo.py, gmpo.py, covariance.py) return the same per-token loss
+and are reduced the same way; registry.py names them all (`algorithm.policy_loss`).
 """
 
 from __future__ import annotations

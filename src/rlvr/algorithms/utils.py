@@ -1,5 +1,5 @@
-"""Masked reductions shared by the losses (means and sums over completion tokens only), and the
-input check every policy loss makes.
+"""Masked reductions shared by the losses (means and sums over completion tokens only), the input
+check every policy loss makes and the ratio statistics the new variants report.
 
 Padding positions may hold anything (0, -inf, NaN from a padded forward pass); every reduction
 here selects with `torch.where` before summing, so a non-finite padding value never leaks into a
