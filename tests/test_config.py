@@ -1,8 +1,11 @@
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from rlvr.config import Config, all_keys, load_config
+from rlvr.config import Config, all_keys, config_warnings, load_config
 from rlvr.errors import ConfigError
 
 
@@ -121,3 +124,199 @@ def test_a_dataset_task_needs_a_path():
         load_config(None, ["data.task=dataset"])
     cfg = load_config(None, ["data.task=dataset", "data.path=prompts.jsonl"])
     assert cfg.data.path == "prompts.jsonl"
+
+
+# ---------------------------------------------------------------------------------------------
+# The modules behind rlvr.config
+
+
+def test_importing_the_config_imports_neither_torch_nor_the_data_package():
+    code = (
+        "import sys, rlvr.config\n"
+        "assert 'torch' not in sys.modules, 'torch'\n"
+        "assert not [m for m in sys.modules if m.startswith('rlvr.data')], 'rlvr.data'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_config_modules_import_only_errors_algorithm_names_and_each_other():
+    src = Path(__file__).parent.parent / "src" / "rlvr"
+    allowed = {"rlvr.errors", "rlvr.algorithms.names", "rlvr.config_fields", "rlvr.config_checks"}
+    for name in ("config.py", "config_fields.py", "config_checks.py"):
+        text = (src / name).read_text(encoding="utf-8")
+        assert len(text.splitlines()) < 600, name
+        imported = set(re.findall(r"^\s*(?:from|import) (rlvr[\w.]*)", text, re.M))
+        assert imported <= allowed | {"rlvr.config"}, f"{name}: {imported - allowed}"
+
+
+def test_every_name_imported_from_rlvr_config_still_is_there():
+    import rlvr.config
+
+    for name in (
+        "Config AlgorithmConfig CheckpointConfig DataConfig DistributedConfig EvalConfig "
+        "LoggingConfig ModelConfig OptimizerConfig RewardConfig RolloutConfig TrainingConfig "
+        "load_config dump_yaml to_dict describe all_keys parse_override read_yaml validate "
+        "validate_model type_name _f config_warnings"
+    ).split():
+        assert hasattr(rlvr.config, name), name
+
+
+TEMPLATES = [
+    "Q: {prompt}\nA:",
+    "{prompt} {id} {{literal}}",
+    "no prompt field",
+    "{prompt} {answer}",
+    "{prompt} {tests}",
+    "{prompt!r}",
+    "{prompt:>5}",
+    "{prompt} {0}",
+    "{prompt} {x.y}",
+    "{prompt",
+    "{prompt}}",
+]
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_the_configs_template_check_agrees_with_the_data_packages(template):
+    from rlvr.config_checks import check_template as config_check
+    from rlvr.data.template import check_template as data_check
+
+    outcomes = []
+    for check in (config_check, data_check):
+        try:
+            outcomes.append(("ok", check(template)))
+        except ConfigError as e:
+            outcomes.append(("error", str(e)))
+    assert outcomes[0] == outcomes[1]
+    if outcomes[0][0] == "error":
+        with pytest.raises(ConfigError, match=re.escape(outcomes[0][1])):
+            load_config(None, [f"data.prompt_template={template!r}"])
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "algorithm.policy_loss=cispoo",
+            "algorithm.policy_loss: expected one of clip, cispo, gmpo",
+        ),
+        (
+            "algorithm.clip_cov_lb=6",
+            "algorithm.clip_cov_lb: must be <= algorithm.clip_cov_ub = 5.0",
+        ),
+        ("algorithm.kl_cov_ratio=0", "algorithm.kl_cov_ratio: must be > 0.0"),
+        ("algorithm.clip_cov_ratio=2", "algorithm.clip_cov_ratio: must be <= 1.0"),
+        ("algorithm.cispo_clip_high=-1", "algorithm.cispo_clip_high: must be >= 0.0"),
+        ("algorithm.gmpo_clip_low=-1", "algorithm.gmpo_clip_low: must be >= 0.0"),
+        ("algorithm.kl_cov_coef=-1", "algorithm.kl_cov_coef: must be >= 0.0"),
+    ],
+)
+def test_bad_policy_loss_settings_give_one_line_naming_the_key(override, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options without effect
+
+
+def test_the_default_config_gives_no_warning():
+    assert config_warnings(load_config()) == []
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (
+            ["algorithm.advantage=rloo", "algorithm.std=sample"],
+            "algorithm.std=sample has no effect: algorithm.advantage=rloo does not read it "
+            "(read by grpo, reinforce_pp, reinforce_pp_baseline)",
+        ),
+        (["algorithm.advantage=dr_grpo", "algorithm.eps=0.1"], "algorithm.eps=0.1 has no effect"),
+        (
+            ["algorithm.policy_loss=cispo", "algorithm.dual_clip_c=3"],
+            "algorithm.dual_clip_c=3.0 has no effect: algorithm.policy_loss=cispo does not read "
+            "it (read by clip)",
+        ),
+        (
+            ["algorithm.policy_loss=kl_cov", "algorithm.clip_ratio_high=0.28"],
+            "algorithm.clip_ratio_high=0.28 has no effect: algorithm.policy_loss=kl_cov does not "
+            "read it (read by clip, clip_cov)",
+        ),
+        (["algorithm.policy_loss=gmpo", "algorithm.ratio_level=sequence"], "ratio_level=sequence"),
+        (["algorithm.cispo_clip_high=2"], "algorithm.policy_loss=clip does not read it"),
+        (["algorithm.kl_cov_coef=0.5"], "(read by kl_cov)"),
+        (
+            ["algorithm.tis_cap=3"],
+            "algorithm.tis_cap=3.0 has no effect: it caps the importance weights of off-policy "
+            "rollouts and rollout.off_policy_steps=0",
+        ),
+        (["algorithm.max_sampling_rounds=5"], "algorithm.dynamic_sampling is false"),
+        (["algorithm.kl_estimator=k1"], "algorithm.kl_estimator=k1 has no effect: algorithm.kl_c"),
+        (["eval.budgets=[64, 128]"], "eval.budgets=[64, 128] has no effect: the budget accu"),
+        (["eval.k=8", "eval.t1_samples=8"], "eval.t1_samples=8 has no effect: max(eval.k"),
+        (["eval.size=0", "eval.k=4"], "eval.k=4 has no effect: eval.size=0 evaluates nothing"),
+        (["eval.size=0", "eval.every=5"], "eval.every=5 has no effect"),
+        (["reward.overlong_penalty_factor=0.5"], "reward.overlong_buffer=0 turns the shaping off"),
+        (["reward.timeout_s=30"], "reward.timeout_s=30.0 has no effect: reward.workers=0"),
+        (["training.token_budget=0", "training.logprob_chunk=64"], "training.token_budget=0"),
+        (["training.token_budget=0", "training.share_prompts=false"], "share_prompts=false"),
+        (["rollout.temperature=0", "rollout.top_p=0.9"], "rollout.temperature=0 decodes greedily"),
+        (["rollout.temperature=0", "rollout.top_k=5"], "rollout.top_k=5 has no effect"),
+        (["optimizer.min_lr_ratio=0.5"], "optimizer.schedule=constant does not decay"),
+        (["logging.wandb_project=x"], "logging.wandb_project=x has no effect: logging.report_to"),
+        (["model.lora_alpha=32"], "model.lora_alpha=32.0 has no effect: model.lora_rank=0"),
+        (["model.lora_target_modules=[q_proj]"], "model.lora_target_modules=[q_proj] has no"),
+        (["model.chat_template=never", "data.system_prompt=Be brief."], "data.system_prompt"),
+        (["data.countdown_max_value=50"], "only data.task=countdown reads it (data.task=addition)"),
+        (["data.task=arithmetic", "data.promote_at=0.5"], "data.difficulty=fixed does not prom"),
+        (["data.digits=5", "data.task=countdown"], "data.digits=5 has no effect: only data.ta"),
+        (
+            [
+                "data.task=dataset",
+                "data.path=p.jsonl",
+                "data.eval_path=e.jsonl",
+                "data.eval_fraction=0.2",
+            ],
+            "data.eval_fraction=0.2 has no effect: data.eval_path is the held-out set",
+        ),  # fmt: skip
+        (["distributed.rollout_workers=4"], "distributed.ray is false"),
+    ],
+)
+def test_an_option_without_effect_is_named_once_with_its_value_and_reason(overrides, expected):
+    lines = config_warnings(load_config(None, overrides))
+    assert len(lines) == 1, lines
+    assert expected in lines[0] and "\n" not in lines[0]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algorithm.advantage=rloo"],  # std/eps at their defaults
+        ["algorithm.std=sample", "algorithm.eps=0.1"],  # grpo reads both
+        ["algorithm.policy_loss=clip_cov", "algorithm.clip_ratio_high=0.28"],
+        ["algorithm.policy_loss=cispo", "algorithm.cispo_clip_high=2"],
+        ["algorithm.tis_cap=3", "rollout.off_policy_steps=1"],
+        ["algorithm.max_sampling_rounds=5", "algorithm.dynamic_sampling=true"],
+        ["algorithm.kl_estimator=k1", "algorithm.kl_coef=0.01"],
+        ["eval.budgets=[64]", "eval.k=4"],
+        ["reward.overlong_penalty_factor=0.5", "reward.overlong_buffer=16"],
+        ["reward.timeout_s=30", "reward.workers=2"],
+        ["training.share_prompts=false"],
+        ["optimizer.min_lr_ratio=0.5", "optimizer.schedule=cosine"],
+        ["logging.wandb_mode=online", "logging.report_to=[jsonl, wandb]"],
+        ["model.lora_alpha=32", "model.lora_rank=8"],
+        ["data.task=arithmetic", "data.difficulty=adaptive", "data.promote_at=0.5"],
+        ["eval.size=0", "eval.every=0", "eval.before=false"],  # turning off what is off
+    ],
+)
+def test_an_option_that_takes_effect_is_not_named(overrides):
+    assert config_warnings(load_config(None, overrides)) == []
+
+
+def test_every_example_config_is_free_of_ineffective_options():
+    examples = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
+    for path in examples:
+        if not path.stem.startswith("sft"):
+            assert config_warnings(load_config(path)) == [], path.name

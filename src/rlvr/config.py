@@ -9,30 +9,36 @@ Every field's metadata carries its help text and its constraints:
   help     one line shown by `rlvr train --help`
   choices  allowed values
   ge/gt/le/lt   numeric bounds
+
+This module holds the tree; `rlvr.config_fields` the machinery that reads any such tree and
+`rlvr.config_checks` the checks across fields (`validate`, `config_warnings`). Every name is
+importable from here. The algorithm names come from `rlvr.algorithms.names` (no torch).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import functools
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rlvr.algorithms.names import (
+    ADVANTAGE_ESTIMATOR_NAMES,
+    AGGREGATION_MODES,
+    KL_ESTIMATORS,
+    POLICY_LOSS_NAMES,
+    RATIO_LEVELS,
+    STD_KINDS,
+)
+from rlvr.config_checks import check_template, validate
+from rlvr.config_checks import config_warnings as config_warnings
+from rlvr.config_checks import validate_model as validate_model
+from rlvr.config_fields import _f, describe_tree, leaf_keys, load_tree
+from rlvr.config_fields import dump_yaml as dump_yaml
+from rlvr.config_fields import parse_override as parse_override
+from rlvr.config_fields import read_yaml as read_yaml
+from rlvr.config_fields import to_dict as to_dict
+from rlvr.config_fields import type_name as type_name
 from rlvr.errors import ConfigError
-
-
-def _f(default: Any, help: str, **constraints: Any) -> Any:
-    """A dataclass field with help text and constraints in its metadata."""
-    meta = {"help": help, **constraints}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 @dataclass
@@ -124,8 +130,6 @@ class DataConfig:
     def validate(self) -> None:
         """Checks across data fields (the tasks' own settings)."""
         if self.prompt_template is not None:
-            from rlvr.data.template import check_template
-
             check_template(self.prompt_template)
         if self.task == "arithmetic" and self.level > self.max_level:
             raise ConfigError(
@@ -184,36 +188,63 @@ class RolloutConfig:
 
 @dataclass
 class AlgorithmConfig:
-    advantage: str = _f(
-        "grpo",
-        "advantage estimator",
-        choices=["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"],
-    )
+    advantage: str = _f("grpo", "advantage estimator", choices=list(ADVANTAGE_ESTIMATOR_NAMES))
     std: str = _f(
         "population",
         "grpo std: population (1/G) or sample (1/(G-1))",
-        choices=["population", "sample"],
+        choices=list(STD_KINDS),
     )
     eps: float = _f(1e-6, "added to the std in z-scores", ge=0.0)
     loss_aggregation: str = _f(
         "seq_mean_token_mean",
         "seq_mean_token_mean (GRPO), token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO)",
-        choices=["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"],
+        choices=list(AGGREGATION_MODES),
+    )
+    policy_loss: str = _f(
+        "clip",
+        "policy-loss variant: clip (PPO/GRPO clipped surrogate; GSPO with "
+        "ratio_level=sequence), cispo (MiniMax-M1), gmpo (geometric mean), clip_cov or kl_cov "
+        "(covariance-based entropy control); docs/algorithms.md",
+        choices=list(POLICY_LOSS_NAMES),
     )
     ratio_level: str = _f(
         "token",
         "importance ratio per token (PPO/GRPO) or per sequence (GSPO)",
-        choices=["token", "sequence"],
+        choices=list(RATIO_LEVELS),
     )
     clip_ratio_low: float = _f(0.2, "lower clip: ratio >= 1 - clip_ratio_low", ge=0.0, lt=1.0)
     clip_ratio_high: float = _f(
         0.2, "upper clip: ratio <= 1 + clip_ratio_high (DAPO: 0.28)", ge=0.0
     )
     dual_clip_c: float | None = _f(None, "dual-clip bound c > 1 for negative advantages", gt=1.0)
+    cispo_clip_low: float = _f(
+        1.0, "cispo: importance weight >= 1 - cispo_clip_low (1 = no lower bound)", ge=0.0
+    )
+    cispo_clip_high: float = _f(4.0, "cispo: importance weight <= 1 + cispo_clip_high", ge=0.0)
+    gmpo_clip_low: float = _f(
+        0.4, "gmpo: token log-ratio >= -gmpo_clip_low (ratio >= e^-0.4 in the paper)", ge=0.0
+    )
+    gmpo_clip_high: float = _f(0.4, "gmpo: token log-ratio <= gmpo_clip_high", ge=0.0)
+    clip_cov_ratio: float = _f(
+        2e-4,
+        "clip_cov: fraction of completion tokens (at least one) whose gradient is dropped",
+        gt=0.0,
+        le=1.0,
+    )
+    clip_cov_lb: float = _f(1.0, "clip_cov: drop only tokens with covariance >= this")
+    clip_cov_ub: float = _f(5.0, "clip_cov: drop only tokens with covariance <= this")
+    kl_cov_ratio: float = _f(
+        2e-3,
+        "kl_cov: fraction of completion tokens (at least one), highest covariance first, that "
+        "get the KL penalty (paper: 2e-3 for a 7B model, 2e-4 for 32B)",
+        gt=0.0,
+        le=1.0,
+    )
+    kl_cov_coef: float = _f(1.0, "kl_cov: weight of the |log ratio| penalty", ge=0.0)
     kl_coef: float = _f(
         0.0, "beta: weight of KL(policy || reference); 0 loads no reference", ge=0.0
     )
-    kl_estimator: str = _f("k3", "KL estimator", choices=["k1", "k2", "k3"])
+    kl_estimator: str = _f("k3", "KL estimator", choices=list(KL_ESTIMATORS))
     kl_in_reward: bool = _f(False, "fold the KL penalty into the reward instead of the loss")
     entropy_coef: float = _f(0.0, "entropy bonus weight (loss - coef * entropy)", ge=0.0)
     dynamic_sampling: bool = _f(False, "DAPO: drop zero-variance groups and resample to refill")
@@ -370,205 +401,20 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
-
-# ---------------------------------------------------------------------------------------------
-# Building and validating
-
-
-def all_keys(cls: type = None, prefix: str = "") -> list[str]:
-    """Every dotted leaf key of the tree, e.g. 'rollout.group_size'."""
-    cls = Config if cls is None else cls
-    keys = []
-    for f in dataclasses.fields(cls):
-        sub = _dataclass_type(cls, f)
-        if sub is not None:
-            keys += all_keys(sub, f"{prefix}{f.name}.")
-        else:
-            keys.append(prefix + f.name)
-    return keys
+    def validate(self) -> None:
+        """The checks across sections (`rlvr.config_checks.validate`)."""
+        validate(self)
 
 
-@functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
-    # `from __future__ import annotations` makes annotations strings; resolve them once.
-    return typing.get_type_hints(cls)
+def all_keys(cls: type | None = None, prefix: str = "") -> list[str]:
+    """Every dotted leaf key of the tree `cls` (default: the RL run's `Config`), e.g.
+    'rollout.group_size'."""
+    return leaf_keys(Config if cls is None else cls, prefix)
 
 
-def _dataclass_type(cls: type, f: dataclasses.Field) -> type | None:
-    hint = _field_types(cls)[f.name]
-    return hint if dataclasses.is_dataclass(hint) else None
-
-
-def _suggest(key: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
-    if not close:
-        # Also match on the last component, so 'rollout.groupsize' finds 'rollout.group_size'.
-        tails = {c.rsplit(".", 1)[-1]: c for c in candidates}
-        hit = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(tails), n=1, cutoff=0.75)
-        close = [tails[hit[0]]] if hit else []
-    return f"; did you mean '{close[0]}'?" if close else ""
-
-
-def type_name(hint: Any) -> str:
-    """A type hint in words, as errors and the config reference show it: 'int', 'str or null',
-    'list of str'."""
-    if hint is type(None):
-        return "null"
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(type_name(a) for a in typing.get_args(hint))
-    if origin is not None:
-        return f"{origin.__name__} of {', '.join(type_name(a) for a in typing.get_args(hint))}"
-    return getattr(hint, "__name__", str(hint))
-
-
-def _coerce(key: str, value: Any, hint: Any) -> Any:
-    """Check `value` against the type `hint`; ints are accepted where floats are expected."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(hint)
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(key, value, arg)
-            except ConfigError:
-                pass
-        raise ConfigError(f"{key}: expected {type_name(hint)}, got {value!r}")
-    if origin is list:
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected {type_name(hint)}, got {value!r}")
-        (item,) = typing.get_args(hint)
-        return [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                return float(value)
-            except OverflowError:
-                raise ConfigError(
-                    f"{key}: expected {type_name(hint)}, got an integer out of float range"
-                ) from None
-        if isinstance(value, str):  # YAML 1.1 reads '3e-4' (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-    else:
-        raise TypeError(f"unsupported config type {hint!r} for {key}")
-    raise ConfigError(f"{key}: expected {type_name(hint)}, got {value!r}")
-
-
-def _check_constraints(key: str, value: Any, meta: typing.Mapping[str, Any]) -> None:
-    if value is None:
-        return
-    choices = meta.get("choices")
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            _check_constraints(f"{key}[{i}]", item, meta)
-        return
-    if choices is not None and value not in choices:
-        hint = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-        extra = f"; did you mean '{hint[0]}'?" if hint else ""
-        raise ConfigError(
-            f"{key}: expected one of {', '.join(map(str, choices))}, got {value!r}{extra}"
-        )
-    for op, test, word in (
-        ("ge", lambda v, b: v >= b, ">="),
-        ("gt", lambda v, b: v > b, ">"),
-        ("le", lambda v, b: v <= b, "<="),
-        ("lt", lambda v, b: v < b, "<"),
-    ):
-        if op in meta and not test(value, meta[op]):
-            raise ConfigError(f"{key}: must be {word} {meta[op]}, got {value!r}")
-
-
-def _build(cls: type, data: Any, prefix: str, root: type | None = None) -> Any:
-    root = root or cls
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for name in data:
-        if name not in fields:
-            full = f"{prefix}{name}"
-            raise ConfigError(f"unknown config key {full!r}{_suggest(full, all_keys(root))}")
-    kwargs = {}
-    for name, f in fields.items():
-        key = prefix + name
-        sub = _dataclass_type(cls, f)
-        if sub is not None:
-            kwargs[name] = _build(sub, data.get(name), key + ".", root)
-        elif name in data:
-            value = _coerce(key, data[name], _field_types(cls)[name])
-            _check_constraints(key, value, f.metadata)
-            kwargs[name] = value
-    return cls(**kwargs)
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """'rollout.group_size=4' -> ('rollout.group_size', 4); values are parsed as YAML scalars."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r}: expected key=value, e.g. rollout.group_size=4")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except (yaml.YAMLError, RecursionError, ValueError, AttributeError, TypeError, KeyError):
-        # Not a YAML scalar: a tag PyYAML cannot apply ('!!int x', '!!bool maybe') or an int
-        # over Python's 4300-digit limit. Keep the text; the key's type check reports it.
-        value = raw
-    return key, value
-
-
-def _set_dotted(tree: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = tree
-    for i, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"override '{key}': '{'.'.join(parts[: i + 1])}' is not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def read_yaml(path: Path, label: str) -> Any:
-    """Parse a YAML file; every way it can be unreadable is a one-line ConfigError starting
-    with `label` (e.g. "config file run.yaml")."""
-    try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{label}{where}: invalid YAML") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"{label}: not UTF-8 text (byte {e.start}); expected a UTF-8 YAML file"
-        ) from None
-    except RecursionError:
-        raise ConfigError(f"{label}: not valid YAML (nested too deeply)") from None
-    except (ValueError, AttributeError, TypeError, KeyError) as e:
-        # PyYAML's constructors let these escape: a tag it cannot apply ('!!int x',
-        # '!!timestamp x', '!!bool maybe'), an int over Python's 4300-digit limit.
-        reason = " ".join(str(e).split())[:200]
-        if isinstance(e, KeyError):
-            reason = f"a tagged value it cannot read: {reason}"
-        raise ConfigError(f"{label}: not valid YAML ({reason})") from None
+def describe(cls: type | None = None, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, default, help) for every leaf, in declaration order: the `--help` listing."""
+    return describe_tree(Config if cls is None else cls, prefix)
 
 
 def load_config(
@@ -584,84 +430,4 @@ def load_config(
     `rlvr sample` have their own). A schema class with a `validate(self)` method gets it called
     for cross-field checks. `tree` is a mapping to start from instead of a file (pipelines).
     """
-    schema = Config if schema is None else schema
-    tree = dict(tree or {})
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p}: not found")
-        tree = read_yaml(p, f"config file {p}") or {}
-        if not isinstance(tree, dict):
-            raise ConfigError(f"config file {p}: expected a mapping of sections at the top level")
-    valid = set(all_keys(schema))
-    for text in overrides or []:
-        key, value = parse_override(text)
-        if key not in valid:
-            raise ConfigError(f"unknown config key {key!r}{_suggest(key, sorted(valid))}")
-        _set_dotted(tree, key, value)
-    cfg = _build(schema, tree, "")
-    if schema is Config:
-        validate(cfg)
-    elif hasattr(cfg, "validate"):
-        cfg.validate()
-    return cfg
-
-
-def validate(cfg: Config) -> None:
-    """Checks that involve more than one field."""
-    g = cfg.rollout.group_size
-    if cfg.algorithm.advantage in ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline") and g < 2:
-        raise ConfigError(
-            f"rollout.group_size: {cfg.algorithm.advantage} compares completions within a group, "
-            f"so it needs group_size >= 2, got {g}"
-        )
-    batch = cfg.rollout.prompts_per_step * g
-    mb = cfg.training.mini_batch_size
-    if mb and batch % mb:
-        raise ConfigError(
-            f"training.mini_batch_size: must divide prompts_per_step * group_size = {batch}, "
-            f"got {mb}"
-        )
-    if mb and mb % g:
-        raise ConfigError(
-            f"training.mini_batch_size: must be a multiple of rollout.group_size = {g}, got {mb}"
-        )
-    if cfg.data.task == "dataset" and not cfg.data.path:
-        raise ConfigError("data.path: required when data.task is 'dataset'")
-    if cfg.reward.overlong_buffer >= cfg.rollout.max_new_tokens:
-        raise ConfigError(
-            f"reward.overlong_buffer: must be < rollout.max_new_tokens = "
-            f"{cfg.rollout.max_new_tokens}, got {cfg.reward.overlong_buffer}"
-        )
-    if cfg.algorithm.kl_in_reward and cfg.algorithm.kl_coef == 0:
-        raise ConfigError("algorithm.kl_in_reward: needs algorithm.kl_coef > 0")
-    cfg.data.validate()
-    validate_model(cfg.model)
-
-
-def validate_model(model: ModelConfig) -> None:
-    """Checks of the model section shared by every command that trains one."""
-    if model.gguf_file and model.name_or_path.startswith("embedded"):
-        raise ConfigError("model.gguf_file: set model.name_or_path to the directory holding it")
-
-
-def to_dict(cfg: Any) -> dict:
-    return dataclasses.asdict(cfg)
-
-
-def dump_yaml(cfg: Config, path: Path) -> None:
-    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-
-
-def describe(cls: type | None = None, prefix: str = "") -> list[tuple[str, Any, str]]:
-    """(dotted key, default, help) for every leaf, in declaration order: the `--help` listing."""
-    cls = Config if cls is None else cls
-    rows = []
-    instance = cls()
-    for f in dataclasses.fields(cls):
-        sub = _dataclass_type(cls, f)
-        if sub is not None:
-            rows += describe(sub, f"{prefix}{f.name}.")
-        else:
-            rows.append((prefix + f.name, getattr(instance, f.name), f.metadata.get("help", "")))
-    return rows
+    return load_tree(Config if schema is None else schema, path, overrides, tree=tree)

@@ -22,6 +22,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from rlvr.algorithms.names import STD_KINDS
+
 StdKind = Literal["population", "sample"]
 AdvantageEstimator = Callable[..., Tensor]
 
@@ -44,7 +46,7 @@ def _check_inputs(rewards: Tensor, group_ids: Tensor) -> None:
 
 
 def _check_std_kind(std: str) -> None:
-    if std not in ("population", "sample"):
+    if std not in STD_KINDS:
         raise ValueError(f"std must be 'population' or 'sample', got {std!r}")
 
 

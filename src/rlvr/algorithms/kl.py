@@ -28,10 +28,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from rlvr.algorithms.names import KL_ESTIMATORS
 from rlvr.algorithms.utils import masked_sum
 
 KLEstimator = Literal["k1", "k2", "k3"]
-KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator) -> Tensor:

@@ -10,6 +10,9 @@ Shapes: B sequences (completions) padded to T tokens.
 `.backward()` on. An entropy bonus is applied by the trainer as
 `loss − entropy_coef · masked_mean(entropy_from_logits(logits), mask)`, and a KL loss term as
 `loss + β · aggregate_loss(kl_penalty(...), mask, mode)` (see kl.py).
+
+The other policy-loss variants (cispo.py, gmpo.py, covariance.py) return the same per-token loss
+and are reduced the same way; registry.py names them all (`algorithm.policy_loss`).
 """
 
 from __future__ import annotations
@@ -19,30 +22,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from rlvr.algorithms.utils import masked_mean, masked_sum
+from rlvr.algorithms.names import AGGREGATION_MODES
+from rlvr.algorithms.utils import check_loss_inputs, masked_mean, masked_sum
 
 RatioLevel = Literal["token", "sequence"]
 AggregationMode = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
-AGGREGATION_MODES: tuple[str, ...] = (
-    "seq_mean_token_mean",
-    "token_mean",
-    "seq_mean_token_sum_norm",
-)
-
-
-def _check_shapes(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor) -> None:
-    if logprobs.dim() != 2:
-        raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
-    for name, x in (("old_logprobs", old_logprobs), ("mask", mask)):
-        if x.shape != logprobs.shape:
-            raise ValueError(
-                f"{name} has shape {tuple(x.shape)}, expected {tuple(logprobs.shape)} like logprobs"
-            )
-    if advantages.shape != logprobs.shape[:1]:
-        raise ValueError(
-            f"advantages has shape {tuple(advantages.shape)}, expected ({logprobs.shape[0]},): "
-            "one advantage per sequence"
-        )
 
 
 def policy_loss(
@@ -86,7 +70,7 @@ def policy_loss(
         dual_clip_fraction  fraction of tokens with A < 0 and r > c (0 without dual clip)
         ratio_mean, ratio_min, ratio_max   of r_t (or s_i,t); 1.0 when there are no tokens
     """
-    _check_shapes(logprobs, old_logprobs, advantages, mask)
+    check_loss_inputs(logprobs, old_logprobs, advantages, mask)
     if not 0.0 <= clip_ratio_low < 1.0:
         raise ValueError(f"clip_ratio_low must be in [0, 1), got {clip_ratio_low}")
     if clip_ratio_high < 0.0:

@@ -1,4 +1,5 @@
-"""Masked reductions shared by the losses: means and sums over completion tokens only.
+"""Masked reductions shared by the losses (means and sums over completion tokens only), the input
+check every policy loss makes and the ratio statistics the new variants report.
 
 Padding positions may hold anything (0, -inf, NaN from a padded forward pass); every reduction
 here selects with `torch.where` before summing, so a non-finite padding value never leaks into a
@@ -34,3 +35,34 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     count = mask.to(x.dtype)
     count = count.sum() if dim is None else count.sum(dim)
     return masked_sum(x, mask, dim) / count.clamp_min(1.0)
+
+
+def check_loss_inputs(
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor
+) -> None:
+    """ValueError unless logprobs, old_logprobs, mask are [B, T] and advantages is [B]."""
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
+    for name, x in (("old_logprobs", old_logprobs), ("mask", mask)):
+        if x.shape != logprobs.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(x.shape)}, expected {tuple(logprobs.shape)} like logprobs"
+            )
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(
+            f"advantages has shape {tuple(advantages.shape)}, expected ({logprobs.shape[0]},): "
+            "one advantage per sequence"
+        )
+
+
+def ratio_stats(ratio: Tensor, on: Tensor) -> dict[str, Tensor]:
+    """ratio_mean, ratio_min, ratio_max of a detached ratio over the tokens where `on` (bool) is
+    True; each is 1.0 when there are no such tokens."""
+    has_tokens = on.any()
+    one = torch.ones((), dtype=ratio.dtype, device=ratio.device)
+    inf = torch.full((), float("inf"), dtype=ratio.dtype, device=ratio.device)
+    return {
+        "ratio_mean": torch.where(has_tokens, masked_mean(ratio, on), one),
+        "ratio_min": torch.where(has_tokens, torch.where(on, ratio, inf).min(), one),
+        "ratio_max": torch.where(has_tokens, torch.where(on, ratio, -inf).max(), one),
+    }

@@ -1,0 +1,242 @@
+"""Checks of the RL run's config tree (`rlvr.config.Config`) that involve more than one field.
+
+`validate` refuses a config that cannot run (a one-line `ConfigError` naming the key);
+`config_warnings` names the options that are set but have no effect under the rest of the config
+(one line each, for the caller to show). Both read the tree only: this module imports nothing
+from `rlvr.config` at run time, so `rlvr.config` can call it while it is being defined.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from rlvr.algorithms.names import ADVANTAGE_ESTIMATOR_SPECS, POLICY_LOSS_SPECS, AlgorithmSpec
+from rlvr.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlvr.config import Config, ModelConfig
+
+FORBIDDEN_TEMPLATE_FIELDS = ("answer", "tests")
+
+# data.* keys read only by one data.task (data/registry.py builds each task from these)
+TASK_KEYS = {
+    "addition": ("digits",),
+    "arithmetic": ("level", "max_level", "difficulty", "promote_at", "promote_window"),
+    "countdown": (
+        "countdown_min_numbers",
+        "countdown_max_numbers",
+        "countdown_max_value",
+        "countdown_max_target",
+    ),
+    "gym": ("gym_name", "gym_config", "gym_size"),
+    "dataset": (
+        "path",
+        "eval_path",
+        "eval_fraction",
+        "prompt_field",
+        "answer_field",
+        "tests_field",
+        "system_field",
+        "source_field",
+        "max_prompt_tokens",
+    ),
+}
+RAY_KEYS = (
+    "ray_address",
+    "ray_num_cpus",
+    "rollout_workers",
+    "reward_workers",
+    "cpus_per_worker",
+    "gpus_per_rollout_worker",
+    "max_restarts",
+)
+
+
+def validate(cfg: Config) -> None:
+    """Checks that involve more than one field."""
+    g = cfg.rollout.group_size
+    if ADVANTAGE_ESTIMATOR_SPECS[cfg.algorithm.advantage].group_relative and g < 2:
+        raise ConfigError(
+            f"rollout.group_size: {cfg.algorithm.advantage} compares completions within a group, "
+            f"so it needs group_size >= 2, got {g}"
+        )
+    batch = cfg.rollout.prompts_per_step * g
+    mb = cfg.training.mini_batch_size
+    if mb and batch % mb:
+        raise ConfigError(
+            f"training.mini_batch_size: must divide prompts_per_step * group_size = {batch}, "
+            f"got {mb}"
+        )
+    if mb and mb % g:
+        raise ConfigError(
+            f"training.mini_batch_size: must be a multiple of rollout.group_size = {g}, got {mb}"
+        )
+    if cfg.data.task == "dataset" and not cfg.data.path:
+        raise ConfigError("data.path: required when data.task is 'dataset'")
+    if cfg.reward.overlong_buffer >= cfg.rollout.max_new_tokens:
+        raise ConfigError(
+            f"reward.overlong_buffer: must be < rollout.max_new_tokens = "
+            f"{cfg.rollout.max_new_tokens}, got {cfg.reward.overlong_buffer}"
+        )
+    if cfg.algorithm.kl_in_reward and cfg.algorithm.kl_coef == 0:
+        raise ConfigError("algorithm.kl_in_reward: needs algorithm.kl_coef > 0")
+    if cfg.algorithm.clip_cov_lb > cfg.algorithm.clip_cov_ub:
+        raise ConfigError(
+            f"algorithm.clip_cov_lb: must be <= algorithm.clip_cov_ub = "
+            f"{cfg.algorithm.clip_cov_ub}, got {cfg.algorithm.clip_cov_lb}"
+        )
+    cfg.data.validate()
+    validate_model(cfg.model)
+
+
+def validate_model(model: ModelConfig) -> None:
+    """Checks of the model section shared by every command that trains one."""
+    if model.gguf_file and model.name_or_path.startswith("embedded"):
+        raise ConfigError("model.gguf_file: set model.name_or_path to the directory holding it")
+
+
+def check_template(template: str, key: str = "data.prompt_template") -> list[str]:
+    """The field names a prompt template uses; ConfigError when it is malformed or leaks the
+    answer. (The same check as `rlvr.data.template.check_template`, which applies templates.)"""
+    try:
+        parsed = [
+            (f, spec, conv)
+            for _, f, spec, conv in string.Formatter().parse(template)
+            if f is not None
+        ]
+    except ValueError as e:
+        raise ConfigError(f"{key}: {e} (write literal braces as {{{{ and }}}})") from None
+    for f, spec, conv in parsed:
+        if conv is not None or spec:
+            placeholder = "{" + f + (f"!{conv}" if conv is not None else "")
+            placeholder += (f":{spec}" if spec else "") + "}"
+            raise ConfigError(
+                f"{key}: {placeholder!r}: conversions and format specs are not supported; "
+                f"expected a plain field name like {{prompt}}"
+            )
+    fields = [f for f, _, _ in parsed]
+    if "prompt" not in fields:
+        raise ConfigError(f"{key}: must contain {{prompt}}, got {template!r}")
+    for f in fields:
+        if not f.isidentifier():
+            raise ConfigError(
+                f"{key}: {'{' + f + '}'!r}: expected a plain field name like {{prompt}}"
+            )
+        if f in FORBIDDEN_TEMPLATE_FIELDS:
+            raise ConfigError(f"{key}: {{{f}}} would put the reference into the prompt")
+    return fields
+
+
+# ---------------------------------------------------------------------------------------------
+# Options without effect
+
+
+def _show(value: Any) -> str:
+    """A value as it is written in a key=value override."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+def config_warnings(cfg: Config) -> list[str]:
+    """One line per option set to a non-default value that the rest of `cfg` makes ineffective,
+    e.g. "algorithm.std=sample has no effect: algorithm.advantage=rloo does not read it (read by
+    grpo, reinforce_pp, reinforce_pp_baseline)". The default config gives []. A key is named once,
+    with the first reason found. Nothing is printed: the caller shows the lines.
+    """
+    lines: list[str] = []
+    named: set[str] = set()
+
+    def unused(key: str, reason: str) -> None:
+        section_name, name = key.split(".")
+        section = getattr(cfg, section_name)
+        value = getattr(section, name)
+        if key in named or value == getattr(type(section)(), name):
+            return
+        named.add(key)
+        lines.append(f"{key}={_show(value)} has no effect: {reason}")
+
+    alg, ev = cfg.algorithm, cfg.eval
+    _unread_options(unused, "algorithm.advantage", alg.advantage, ADVANTAGE_ESTIMATOR_SPECS)
+    _unread_options(unused, "algorithm.policy_loss", alg.policy_loss, POLICY_LOSS_SPECS)
+    if alg.kl_coef == 0:
+        unused("algorithm.kl_estimator", "algorithm.kl_coef=0 computes no KL term")
+    if not alg.dynamic_sampling:
+        unused("algorithm.max_sampling_rounds", "algorithm.dynamic_sampling is false")
+    if cfg.rollout.off_policy_steps == 0:
+        unused(
+            "algorithm.tis_cap",
+            "it caps the importance weights of off-policy rollouts and rollout.off_policy_steps=0",
+        )
+    if cfg.rollout.temperature == 0:
+        for name in ("top_p", "top_k"):
+            unused(f"rollout.{name}", "rollout.temperature=0 decodes greedily")
+    if cfg.reward.overlong_buffer == 0:
+        unused("reward.overlong_penalty_factor", "reward.overlong_buffer=0 turns the shaping off")
+    if cfg.reward.workers == 0:
+        unused("reward.timeout_s", "reward.workers=0 scores in the trainer process, untimed")
+    if cfg.training.token_budget == 0:
+        for name in ("logprob_chunk", "share_prompts"):
+            unused(
+                f"training.{name}",
+                "it applies to the packed update only and training.token_budget=0",
+            )
+    if ev.size == 0:
+        for name in ("t1_samples", "max_new_tokens", "k", "budgets"):
+            unused(f"eval.{name}", "eval.size=0 evaluates nothing")
+        if ev.every > 0:
+            unused("eval.every", "eval.size=0 evaluates nothing")
+    if ev.k == 0:
+        unused("eval.budgets", "the budget accuracies are reported only with eval.k > 0")
+    elif ev.t1_samples <= ev.k:
+        unused("eval.t1_samples", f"max(eval.k, eval.t1_samples) = eval.k = {ev.k} are drawn")
+    if cfg.optimizer.schedule == "constant":
+        unused("optimizer.min_lr_ratio", "optimizer.schedule=constant does not decay")
+    if "wandb" not in cfg.logging.report_to:
+        for name in ("wandb_project", "wandb_mode"):
+            unused(f"logging.{name}", "logging.report_to does not include wandb")
+    if cfg.model.lora_rank == 0:
+        for name in ("lora_alpha", "lora_dropout", "lora_target_modules"):
+            unused(f"model.{name}", "model.lora_rank=0 trains every weight, no adapters")
+    if cfg.model.chat_template == "never":
+        unused("data.system_prompt", "it is used only with a chat template (model.chat_template)")
+    for task, names in TASK_KEYS.items():
+        if cfg.data.task != task:
+            for name in names:
+                unused(
+                    f"data.{name}", f"only data.task={task} reads it (data.task={cfg.data.task})"
+                )
+    if cfg.data.eval_path is not None:
+        unused("data.eval_fraction", "data.eval_path is the held-out set")
+    if cfg.data.difficulty != "adaptive":
+        for name in ("promote_at", "promote_window"):
+            unused(f"data.{name}", f"data.difficulty={cfg.data.difficulty} does not promote")
+    if not cfg.distributed.ray:
+        for name in RAY_KEYS:
+            unused(f"distributed.{name}", "distributed.ray is false")
+    return lines
+
+
+def _unread_options(
+    unused: Callable[[str, str], None],
+    selector: str,
+    selected: str,
+    specs: Mapping[str, AlgorithmSpec],
+) -> None:
+    """Name the options of the other variants in `specs` that the `selected` one does not read."""
+    readers: dict[str, list[str]] = {}
+    for spec in specs.values():
+        for option in spec.options:
+            readers.setdefault(option, []).append(spec.name)
+    for option, names in readers.items():
+        if option not in specs[selected].options:
+            unused(
+                f"algorithm.{option}",
+                f"{selector}={selected} does not read it (read by {', '.join(names)})",
+            )

@@ -1,0 +1,283 @@
+"""The machinery of a typed config tree, independent of any particular tree.
+
+A tree is a dataclass whose fields are scalars, lists of scalars or further such dataclasses
+(sections). Each leaf is declared with `_f(default, help, **constraints)`; its metadata carries
+  help     one line shown by `--help` and the configuration reference
+  choices  allowed values
+  ge/gt/le/lt   numeric bounds
+`load_tree` reads YAML, applies dotted `key=value` overrides, checks every type and constraint
+(a one-line `ConfigError` naming the key, with the closest valid key suggested for an unknown
+one) and calls the tree's `validate()` for the checks that involve more than one field.
+`rlvr.config` holds the RL run's tree; `rlvr sft` and `rlvr sample` declare their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import types
+import typing
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr.errors import ConfigError
+
+
+def _f(default: Any, help: str, **constraints: Any) -> Any:
+    """A dataclass field with help text and constraints in its metadata."""
+    meta = {"help": help, **constraints}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def leaf_keys(cls: type, prefix: str = "") -> list[str]:
+    """Every dotted leaf key of the tree `cls`, e.g. 'rollout.group_size'."""
+    keys = []
+    for f in dataclasses.fields(cls):
+        sub = _dataclass_type(cls, f)
+        if sub is not None:
+            keys += leaf_keys(sub, f"{prefix}{f.name}.")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    # `from __future__ import annotations` makes annotations strings; resolve them once.
+    return typing.get_type_hints(cls)
+
+
+def _dataclass_type(cls: type, f: dataclasses.Field) -> type | None:
+    hint = _field_types(cls)[f.name]
+    return hint if dataclasses.is_dataclass(hint) else None
+
+
+def _suggest(key: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    if not close:
+        # Also match on the last component, so 'rollout.groupsize' finds 'rollout.group_size'.
+        tails = {c.rsplit(".", 1)[-1]: c for c in candidates}
+        hit = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(tails), n=1, cutoff=0.75)
+        close = [tails[hit[0]]] if hit else []
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def type_name(hint: Any) -> str:
+    """A type hint in words, as errors and the config reference show it: 'int', 'str or null',
+    'list of str'."""
+    if hint is type(None):
+        return "null"
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in typing.get_args(hint))
+    if origin is not None:
+        return f"{origin.__name__} of {', '.join(type_name(a) for a in typing.get_args(hint))}"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """Check `value` against the type `hint`; ints are accepted where floats are expected."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: expected {type_name(hint)}, got {value!r}")
+    if origin is list:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected {type_name(hint)}, got {value!r}")
+        (item,) = typing.get_args(hint)
+        return [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                return float(value)
+            except OverflowError:
+                raise ConfigError(
+                    f"{key}: expected {type_name(hint)}, got an integer out of float range"
+                ) from None
+        if isinstance(value, str):  # YAML 1.1 reads '3e-4' (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+    else:
+        raise TypeError(f"unsupported config type {hint!r} for {key}")
+    raise ConfigError(f"{key}: expected {type_name(hint)}, got {value!r}")
+
+
+def _check_constraints(key: str, value: Any, meta: typing.Mapping[str, Any]) -> None:
+    if value is None:
+        return
+    choices = meta.get("choices")
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_constraints(f"{key}[{i}]", item, meta)
+        return
+    if choices is not None and value not in choices:
+        hint = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        extra = f"; did you mean '{hint[0]}'?" if hint else ""
+        raise ConfigError(
+            f"{key}: expected one of {', '.join(map(str, choices))}, got {value!r}{extra}"
+        )
+    for op, test, word in (
+        ("ge", lambda v, b: v >= b, ">="),
+        ("gt", lambda v, b: v > b, ">"),
+        ("le", lambda v, b: v <= b, "<="),
+        ("lt", lambda v, b: v < b, "<"),
+    ):
+        if op in meta and not test(value, meta[op]):
+            raise ConfigError(f"{key}: must be {word} {meta[op]}, got {value!r}")
+
+
+def _build(cls: type, data: Any, prefix: str, root: type | None = None) -> Any:
+    root = root or cls
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in data:
+        if name not in fields:
+            full = f"{prefix}{name}"
+            raise ConfigError(f"unknown config key {full!r}{_suggest(full, leaf_keys(root))}")
+    kwargs = {}
+    for name, f in fields.items():
+        key = prefix + name
+        sub = _dataclass_type(cls, f)
+        if sub is not None:
+            kwargs[name] = _build(sub, data.get(name), key + ".", root)
+        elif name in data:
+            value = _coerce(key, data[name], _field_types(cls)[name])
+            _check_constraints(key, value, f.metadata)
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'rollout.group_size=4' -> ('rollout.group_size', 4); values are parsed as YAML scalars."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key=value, e.g. rollout.group_size=4")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except (yaml.YAMLError, RecursionError, ValueError, AttributeError, TypeError, KeyError):
+        # Not a YAML scalar: a tag PyYAML cannot apply ('!!int x', '!!bool maybe') or an int
+        # over Python's 4300-digit limit. Keep the text; the key's type check reports it.
+        value = raw
+    return key, value
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{key}': '{'.'.join(parts[: i + 1])}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def read_yaml(path: Path, label: str) -> Any:
+    """Parse a YAML file; every way it can be unreadable is a one-line ConfigError starting
+    with `label` (e.g. "config file run.yaml")."""
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{label}{where}: invalid YAML") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{label}: not UTF-8 text (byte {e.start}); expected a UTF-8 YAML file"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"{label}: not valid YAML (nested too deeply)") from None
+    except (ValueError, AttributeError, TypeError, KeyError) as e:
+        # PyYAML's constructors let these escape: a tag it cannot apply ('!!int x',
+        # '!!timestamp x', '!!bool maybe'), an int over Python's 4300-digit limit.
+        reason = " ".join(str(e).split())[:200]
+        if isinstance(e, KeyError):
+            reason = f"a tagged value it cannot read: {reason}"
+        raise ConfigError(f"{label}: not valid YAML ({reason})") from None
+
+
+def load_tree(
+    schema: type,
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    tree: dict | None = None,
+) -> Any:
+    """Read YAML (optional), apply dotted overrides, check every key, build the tree `schema`.
+
+    `tree` is a mapping to start from instead of a file (pipelines). A schema with a
+    `validate(self)` method gets it called for the checks that involve more than one field.
+    """
+    tree = dict(tree or {})
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p}: not found")
+        tree = read_yaml(p, f"config file {p}") or {}
+        if not isinstance(tree, dict):
+            raise ConfigError(f"config file {p}: expected a mapping of sections at the top level")
+    valid = set(leaf_keys(schema))
+    for text in overrides or []:
+        key, value = parse_override(text)
+        if key not in valid:
+            raise ConfigError(f"unknown config key {key!r}{_suggest(key, sorted(valid))}")
+        _set_dotted(tree, key, value)
+    cfg = _build(schema, tree, "")
+    if hasattr(cfg, "validate"):
+        cfg.validate()
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def dump_yaml(cfg: Any, path: Path) -> None:
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def describe_tree(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, default, help) for every leaf, in declaration order: the `--help` listing."""
+    rows = []
+    instance = cls()
+    for f in dataclasses.fields(cls):
+        sub = _dataclass_type(cls, f)
+        if sub is not None:
+            rows += describe_tree(sub, f"{prefix}{f.name}.")
+        else:
+            rows.append((prefix + f.name, getattr(instance, f.name), f.metadata.get("help", "")))
+    return rows
