@@ -350,7 +350,7 @@ class CheckpointConfig:
     keep_last: int = _f(2, "periodic checkpoints kept", ge=1)
     deterministic: bool = _f(
         False,
-        "bit-reproducible runs: deterministic torch algorithms; in rlvr train the wall-clock "
+        "bit-reproducible runs: deterministic torch algorithms; the wall-clock "
         "metrics (time_*, tokens/s, memory) go to timings.jsonl so metrics.jsonl is identical "
         "across reruns and resumes",
     )

@@ -91,3 +91,21 @@ def test_sft_keeps_freed_memory_only_when_asked(tmp_path, tiny_model_dir, monkey
     cfg = load_config(None, overrides, schema=sft.SFTConfig)
     sft.run_sft(cfg, tmp_path / "run", log=lambda _: None, progress=False)
     assert calls == ([1] if enabled else [])
+
+
+def test_a_key_the_run_predates_matches_only_while_it_holds_its_default(tmp_path):
+    import yaml
+
+    saved = to_dict(load_config(None, []))
+    del saved["algorithm"]["policy_loss"]  # a run from before the key existed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    defaults = to_dict(load_config(None, []))
+    check_same_config(to_dict(load_config(None, [])), tmp_path, defaults=defaults)
+    with pytest.raises(UserError, match="algorithm.policy_loss"):
+        check_same_config(
+            to_dict(load_config(None, ["algorithm.policy_loss=cispo"])),
+            tmp_path,
+            defaults=defaults,
+        )
+    with pytest.raises(UserError, match="algorithm.policy_loss"):  # no defaults: any new key
+        check_same_config(to_dict(load_config(None, [])), tmp_path)

@@ -184,3 +184,33 @@ def test_training_on_a_jsonl_prompt_dataset_with_mapped_fields(tmp_path, tiny_mo
     assert summary["data_filter"]["dropped_train"] + summary["data_filter"]["dropped_eval"] == 1
     assert summary["eval_before"]["n"] == 8
     assert len(_metrics(run)) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "variant, stat",
+    [
+        ("cispo", "is_weight_mean"),
+        ("gmpo", "ratio_mean"),
+        ("clip_cov", "cov_clip_fraction"),
+        ("kl_cov", "kl_cov_fraction"),
+    ],
+)
+def test_each_policy_loss_variant_is_selected_by_config_and_raises_the_reward(
+    tmp_path, tiny_model_dir, variant, stat
+):
+    run = _train(
+        tmp_path,
+        tiny_model_dir,
+        "training.steps=16",
+        f"algorithm.policy_loss={variant}",
+        "eval.size=0",
+        "checkpoint.save_final=false",
+    )
+    rows = _metrics(run)
+    assert all(stat in r and math.isfinite(r[stat]) for r in rows)
+    first = sum(r["reward_mean"] for r in rows[:4]) / 4
+    last = sum(r["reward_mean"] for r in rows[-4:]) / 4
+    assert last > first + 0.1, (variant, first, last)
+    if variant in ("clip_cov", "kl_cov"):  # rows are coupled: none may be skipped
+        assert all(r["update_rows_skipped"] == 0 for r in rows)

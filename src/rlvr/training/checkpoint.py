@@ -230,12 +230,19 @@ RESULT_NEUTRAL_KEYS = frozenset({"training.keep_freed_memory"})
 
 
 def check_same_config(
-    config: dict, run_dir: Path, *, allow_change: bool = False, warn: Any = print
+    config: dict,
+    run_dir: Path,
+    *,
+    allow_change: bool = False,
+    warn: Any = print,
+    defaults: dict | None = None,
 ) -> None:
     """Resuming with another config would not reach the run's result: name the differing keys.
 
     `logging.*` keys may differ (where metrics go does not change the weights), and so may
-    `RESULT_NEUTRAL_KEYS`, also when the run's config.yaml predates them. With `allow_change`
+    `RESULT_NEUTRAL_KEYS`, also when the run's config.yaml predates them. A key the run's
+    config.yaml predates is the same when it now holds its default (`defaults`: the schema's
+    default tree), as the run behaved before the key existed. With `allow_change`
     (--allow-config-change) the difference is passed to `warn` instead.
     """
     import yaml
@@ -249,6 +256,8 @@ def check_same_config(
     now = _flat(config)
     diff = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
     diff = [k for k in diff if not k.startswith("logging.") and k not in RESULT_NEUTRAL_KEYS]
+    default = _flat(defaults or {})
+    diff = [k for k in diff if k in saved or k not in default or now.get(k) != default[k]]
     if diff:
         k = diff[0]
         what = (

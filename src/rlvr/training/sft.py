@@ -375,7 +375,13 @@ def run_sft(
     start = time.perf_counter()
     ckpt = None
     if resume:
-        check_same_config(to_dict(cfg), run_dir, allow_change=allow_config_change, warn=log)
+        check_same_config(
+            to_dict(cfg),
+            run_dir,
+            allow_change=allow_config_change,
+            warn=log,
+            defaults=to_dict(SFTConfig()),
+        )
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
             raise UserError(

@@ -25,11 +25,13 @@ import torch
 from rlvr.algorithms import (
     aggregate_loss,
     get_advantage_estimator,
+    get_policy_loss,
     kl_in_reward,
     kl_penalty,
     masked_mean,
-    policy_loss,
+    truncated_importance_weight,
 )
+from rlvr.algorithms.names import ADVANTAGE_ESTIMATOR_SPECS, POLICY_LOSS_SPECS
 from rlvr.config import Config
 from rlvr.training.learner import Learner
 from rlvr.training.logprobs import make_token_batch
@@ -80,23 +82,16 @@ class UpdateStats:
         return out
 
 
+def options(alg: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The config options a registered function reads, as its keyword arguments."""
+    return {name: getattr(alg, name) for name in names}
+
+
 def advantages_of(cfg: Config, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     alg = cfg.algorithm
     estimator = get_advantage_estimator(alg.advantage)
-    if alg.advantage in ("grpo", "reinforce_pp", "reinforce_pp_baseline"):
-        return estimator(rewards, group_ids, std=alg.std, eps=alg.eps)
-    return estimator(rewards, group_ids)
-
-
-def truncated_importance_weight(
-    old: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor, cap: float
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    ratio = torch.exp(old - sampler)
-    tis = ratio.clamp(max=cap)
-    return tis, {
-        "tis_weight_mean": masked_mean(tis, mask),
-        "tis_clip_fraction": masked_mean((ratio > cap).float(), mask),
-    }
+    spec = ADVANTAGE_ESTIMATOR_SPECS[alg.advantage]
+    return estimator(rewards, group_ids, **options(alg, spec.options))
 
 
 def update(
@@ -134,13 +129,17 @@ def update(
             rewards, kl_penalty(old_lp, ref_lp, alg.kl_estimator), mask, alg.kl_coef
         )
     advantages = advantages_of(cfg, rewards, batch.group_ids)
+    loss_spec = POLICY_LOSS_SPECS[alg.policy_loss]
+    loss_fn, loss_options = get_policy_loss(loss_spec.name), options(alg, loss_spec.options)
     # A row whose advantage is 0 everywhere has exactly zero gradient when the loss has no
-    # term but the surrogate (-A * ratio, clipped, times the TIS weight): its forward and
-    # backward are skipped; the normalisers below still count it (docs/training-speed.md).
+    # term but the surrogate (-A * ratio, clipped, times the TIS weight) and the surrogate of a
+    # token depends on its own row only: its forward and backward are skipped; the normalisers
+    # below still count it (docs/training-speed.md).
     skip_zero = (
         cfg.training.skip_zero_advantage
         and alg.entropy_coef == 0
         and (ref_lp is None or alg.kl_in_reward)
+        and not loss_spec.couples_rows
     )
     active = advantages.reshape(n, -1).ne(0).any(dim=1) if skip_zero else None
 
@@ -181,16 +180,7 @@ def update(
                 mask_rows = mask[rows, :width]
                 m = mask_rows.to(device)
                 old = old_lp[rows, :width].to(device) if old_lp is not None else lp.detach()
-                per_token, pstats = policy_loss(
-                    lp,
-                    old,
-                    advantages[rows].to(device),
-                    m,
-                    clip_ratio_low=alg.clip_ratio_low,
-                    clip_ratio_high=alg.clip_ratio_high,
-                    dual_clip_c=alg.dual_clip_c,
-                    ratio_level=alg.ratio_level,
-                )
+                per_token, pstats = loss_fn(lp, old, advantages[rows].to(device), m, **loss_options)
                 if sampler_lp is not None:
                     # truncated importance sampling: pi_old / pi_sampler, capped, no gradient
                     tis, tis_stats = truncated_importance_weight(
