@@ -39,14 +39,18 @@ def early_eos_ids(engine: HFEngine, prompts: list[list[int]]) -> list[int]:
     raise AssertionError("no token separates the rows; pick other prompts")
 
 
-def assert_same_rollouts(fast: RolloutBatch, reference: RolloutBatch, atol: float = 1e-4):
+def assert_same_rollouts(
+    fast: RolloutBatch, reference: RolloutBatch, atol: float = 1e-4, rtol: float = 0.0
+):
     assert fast.prompt_index == reference.prompt_index
     assert fast.finish_reason == reference.finish_reason
     assert fast.completion_text == reference.completion_text
     for row, (a, b) in enumerate(zip(fast.completion_ids, reference.completion_ids, strict=True)):
         assert torch.equal(a, b), row
         assert torch.equal(fast.prompt_ids[row], reference.prompt_ids[row])
-        torch.testing.assert_close(fast.logprobs[row], reference.logprobs[row], atol=atol, rtol=0)
+        torch.testing.assert_close(
+            fast.logprobs[row], reference.logprobs[row], atol=atol, rtol=rtol
+        )
 
 
 def processed_logprobs(model, prompt: list[int], completion: torch.Tensor, sampling):
@@ -129,11 +133,14 @@ def test_sliding_window_shorter_than_the_call_falls_back_to_hf(
 
 def test_bfloat16_model_follows_hf_rounding(tiny_llama, char_tokenizer, prompts):
     # In half precision the engine rounds like HF's modules (no folded norms, no fused
-    # multiply-adds), so even bf16 greedy decoding gives the same tokens.
+    # multiply-adds), so even bf16 greedy decoding gives the same tokens. The log-probs agree
+    # to bf16's resolution (2^-8 relative): the CPU's bf16 kernels accumulate in another order
+    # for a differently shaped product (measured on an AVX2 CPU: 1.9e-3 at a log-prob of -4.1;
+    # within 1e-3 on an AVX-512-BF16 one).
     model = tiny_llama.to(torch.bfloat16)
     reference = HFEngine(model, char_tokenizer).generate(prompts, 2, GREEDY)
     fast = FastEngine(model, char_tokenizer, max_batch_size=3).generate(prompts, 2, GREEDY)
-    assert_same_rollouts(fast, reference, atol=1e-3)
+    assert_same_rollouts(fast, reference, atol=1e-3, rtol=2**-8)
 
 
 def test_unfused_module_path_gives_the_same_rollouts(tiny_llama, char_tokenizer, prompts):

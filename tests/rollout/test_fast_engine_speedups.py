@@ -1,7 +1,7 @@
 """FastEngine's kept weight copies and its cheaper decode step.
 
 The fused (and oneDNN-packed) projection copies are kept between generate calls and rebuilt
-only when a weight they were made from changed (`llama_decoder._Stamp`); the decode step
+only when a weight they were made from changed (`weight_stamp.Stamp`); the decode step
 applies RoPE as a complex multiply on interleaved q/k rows and writes keys and values with one
 index_put_. Every test compares against HFEngine or a fresh engine, so stale copies show up as
 different tokens.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.rollout import FastEngine, HFEngine, SamplingParams, llama_decoder
+from rlvr.rollout import FastEngine, HFEngine, SamplingParams, llama_decoder, weight_stamp
 from rlvr.rollout.kv_cache import SlotKVCache
 
 PROMPTS = ["12+3=", "a", "What is 7*8?", "9-4=5,"]
@@ -218,26 +218,26 @@ def test_release_cache_frees_the_kept_weight_copies(tiny_llama, char_tokenizer, 
 
 def test_stamp_tracks_identity_version_pointer_and_hooks():
     linear = torch.nn.Linear(4, 4)
-    sources = llama_decoder._module_sources((linear,))
-    stamp = llama_decoder._Stamp(sources)
+    sources = weight_stamp.module_sources((linear,))
+    stamp = weight_stamp.Stamp(sources)
     assert stamp.matches(sources)
     with torch.no_grad():
         linear.weight.add_(0)  # in place, even without a change of value
-    assert not stamp.matches(llama_decoder._module_sources((linear,)))
-    stamp = llama_decoder._Stamp(llama_decoder._module_sources((linear,)))
+    assert not stamp.matches(weight_stamp.module_sources((linear,)))
+    stamp = weight_stamp.Stamp(weight_stamp.module_sources((linear,)))
     linear.bias = torch.nn.Parameter(linear.bias.detach().clone())
-    assert not stamp.matches(llama_decoder._module_sources((linear,)))
-    stamp = llama_decoder._Stamp(llama_decoder._module_sources((linear,)))
+    assert not stamp.matches(weight_stamp.module_sources((linear,)))
+    stamp = weight_stamp.Stamp(weight_stamp.module_sources((linear,)))
     handle = linear.register_forward_hook(lambda *args: None)
-    assert not stamp.matches(llama_decoder._module_sources((linear,)))
+    assert not stamp.matches(weight_stamp.module_sources((linear,)))
     handle.remove()
-    assert stamp.matches(llama_decoder._module_sources((linear,)))
+    assert stamp.matches(weight_stamp.module_sources((linear,)))
     # what else makes a linear unfusable (is_plain_linear) makes a kept plan stale too
     handle = linear.register_full_backward_hook(lambda *args: None)
-    assert not stamp.matches(llama_decoder._module_sources((linear,)))
+    assert not stamp.matches(weight_stamp.module_sources((linear,)))
     handle.remove()
     linear.forward = lambda x: torch.nn.functional.linear(x, linear.weight) * 2.0  # accelerate-like
-    assert not stamp.matches(llama_decoder._module_sources((linear,)))
+    assert not stamp.matches(weight_stamp.module_sources((linear,)))
 
 
 # -- the decode step ----------------------------------------------------------------------------

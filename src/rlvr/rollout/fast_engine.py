@@ -74,7 +74,7 @@ class FastEngine:
     compile_backend: the `torch.compile` backend ("inductor"; "eager" only traces).
     fuse_projections: multiply by fused q/k/v and gate/up copies of the plain linear weights
         (more memory, fewer ops per step), kept between calls and rebuilt per layer when a
-        weight they were made from changed (`llama_decoder._Stamp`; `release_cache()` frees
+        weight they were made from changed (`weight_stamp.Stamp`; `release_cache()` frees
         them).
     pack_weights: hold those copies (and o/down projections and the output head) in oneDNN's
         pre-packed layout (fp32 on CPU only). None = auto: on when the model's
@@ -141,7 +141,7 @@ class FastEngine:
     def release_cache(self) -> None:
         """Free what is kept between calls: the K/V buffers and the fused/packed weight copies
         (the next call makes them again). Also the way to force fresh copies after writing
-        weights behind their version counters, through `.data` (see `llama_decoder._Stamp`)."""
+        weights behind their version counters, through `.data` (see `weight_stamp.Stamp`)."""
         self._cache = None
         self.release_weights()
 

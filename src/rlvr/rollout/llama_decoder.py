@@ -10,7 +10,7 @@ matrix products. Here each layer is the textbook sequence
 over the model's own weights: plain linears through fused (and, on a CPU, oneDNN-packed) copies
 (`_LayerPlan`), anything else (peft LoRA layers, quantized linears) by calling the module, so
 adapters apply. The copies are kept between calls and rebuilt when a weight they were made
-from changed (`_Stamp`), so weights updated in place by the trainer are used by the next call
+from changed (`Stamp`), so weights updated in place by the trainer are used by the next call
 without re-packing unchanged ones. Keys and values live in a `SlotKVCache`. Supported:
 `model_type` llama, mistral and qwen2 (q/k/v biases included); sliding windows only while a
 sequence fits inside the window.
@@ -18,14 +18,12 @@ sequence fits inside the window.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Sequence
-
 import torch
 import torch.nn.functional as F
 
 from rlvr.models.modules import is_plain_linear
 from rlvr.rollout.kv_cache import SlotKVCache
+from rlvr.rollout.weight_stamp import Stamp, layer_sources, module_sources
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 # RoPE variants whose frequencies do not depend on the sequence length, so one table of cos/sin
@@ -118,80 +116,6 @@ def _rope_freqs(cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor | N
         return None
     half = cos.shape[-1] // 2
     return torch.complex(cos[:, :half], signed_sin[:, half:])
-
-
-class _Stamp:
-    """The sources a kept copy of weights was made from, to tell whether the copy is stale.
-
-    Per source object: its identity (held weakly, so a replaced weight or module is neither
-    kept alive nor confused with a new object at the same address); for a module its type, hook
-    counts and `is_plain_linear` (backward or global hooks, a replaced `forward`: they decide
-    whether it is fused or called); for a tensor its in-place version
-    counter, data pointer, dtype and device. Optimizer steps, `copy_`, `load_state_dict` and
-    peft's merges bump the version counter; `.to()`, `module.half()` or a new Parameter change
-    the pointer or the object; wrapping a linear in a LoRA layer replaces the module. Two kinds
-    of writes bypass the version counter and are not seen: through `.data`, and torch's fused
-    optimizer kernels (AdamW(fused=True) updates in place without bumping it). Their owner says
-    so explicitly: rlvr's trainers step through `rlvr.training.optim.optimizer_step`, which
-    bumps the counters of the parameters a fused step changed; after other such writes call
-    `LlamaFamilyDecoder.release(weights=True)` (`FastEngine.release_cache()`). Nothing here
-    installs a process-wide hook.
-    """
-
-    def __init__(self, sources: Sequence[object]) -> None:
-        self._refs = [weakref.ref(source) for source in sources]
-        self._marks = [_mark(source) for source in sources]
-
-    def matches(self, sources: Sequence[object]) -> bool:
-        return len(sources) == len(self._refs) and all(
-            ref() is source and _mark(source) == mark
-            for ref, source, mark in zip(self._refs, sources, self._marks, strict=True)
-        )
-
-
-def _mark(source: object) -> object:
-    if isinstance(source, torch.Tensor):
-        if source.is_inference():  # no version counter: never trust a copy of it
-            return object()
-        return (source._version, source.data_ptr(), source.dtype, source.device)
-    if isinstance(source, torch.nn.Module):  # what decides whether a projection is fused
-        hooks = (len(source._forward_hooks), len(source._forward_pre_hooks))
-        return (type(source), *hooks, is_plain_linear(source))
-    return type(source)
-
-
-def _module_sources(modules: Sequence[torch.nn.Module]) -> list[object]:
-    """The modules and their weights and biases: what a kept copy made from them depends on."""
-    tensors = [
-        tensor
-        for module in modules
-        for tensor in (getattr(module, "weight", None), getattr(module, "bias", None))
-        if isinstance(tensor, torch.Tensor)
-    ]
-    return [*modules, *tensors]
-
-
-def _layer_sources(layer: torch.nn.Module) -> list[object]:
-    attention, mlp = layer.self_attn, layer.mlp
-    return [
-        layer,
-        attention,
-        mlp,
-        mlp.act_fn,
-        *_module_sources(
-            (
-                attention.q_proj,
-                attention.k_proj,
-                attention.v_proj,
-                attention.o_proj,
-                mlp.gate_proj,
-                mlp.up_proj,
-                mlp.down_proj,
-                layer.input_layernorm,
-                layer.post_attention_layernorm,
-            )
-        ),
-    ]
 
 
 _RMS_NORM_CLASSES = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm")
@@ -303,7 +227,7 @@ class _LayerPlan:
     In float32 the q and k rows are also reordered for `_rotate_interleaved` (`interleaved`).
     Bias-free o_proj and down_proj add the residual inside one addmm. Wrapped projections
     (LoRA) are called as modules. `stamp` records what the copies were made from: the decoder
-    reuses the plan while `stamp.matches(_layer_sources(layer))`, so weights updated in place
+    reuses the plan while `stamp.matches(layer_sources(layer))`, so weights updated in place
     by the trainer are seen by the next call and unchanged ones are not copied again.
     """
 
@@ -316,7 +240,7 @@ class _LayerPlan:
     ) -> None:
         attention, mlp = layer.self_attn, layer.mlp
         self.layer = layer
-        self.stamp = _Stamp(_layer_sources(layer))
+        self.stamp = Stamp(layer_sources(layer))
         self.qkv_weight = self.qkv_bias = self.gate_up_weight = None
         self.qkv_floor = self.gate_up_floor = None
         qkv = (attention.q_proj, attention.k_proj, attention.v_proj)
@@ -426,14 +350,14 @@ class LlamaFamilyDecoder:
         self._rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
         # Kept between calls: one plan per layer and the packed output head with its stamp.
         self._kept_plans: list[_LayerPlan | None] = []
-        self._kept_head: tuple[_Stamp, torch.Tensor | None] | None = None
+        self._kept_head: tuple[Stamp, torch.Tensor | None] | None = None
         # Set by prepare() for the duration of a call only.
         self._plans: list[_LayerPlan] | None = None
         self._head: torch.Tensor | None = None  # packed output head
 
     def prepare(self) -> None:
         """Make the projections ready for a call from the current weights: a layer's kept plan
-        is reused while its `_Stamp` matches, else rebuilt (its stale copies are dropped first,
+        is reused while its `Stamp` matches, else rebuilt (its stale copies are dropped first,
         so at most one copy of each weight is held, plus one layer's while it is rebuilt).
         Re-packing SmolLM2-135M's 121 weights took ~110 ms of CPU per call."""
         layers = list(self.decoder.layers)
@@ -442,19 +366,19 @@ class LlamaFamilyDecoder:
         kept = self._kept_plans
         for index, layer in enumerate(layers):
             plan = kept[index]
-            if plan is None or not plan.stamp.matches(_layer_sources(layer)):
+            if plan is None or not plan.stamp.matches(layer_sources(layer)):
                 kept[index] = None
                 kept[index] = _LayerPlan(
                     layer, self.fuse_projections, self.pack_weights, self.head_dim
                 )
         self._plans = list(kept)
         head = self.model.lm_head
-        sources = _module_sources((head,))
+        sources = module_sources((head,))
         if self._kept_head is None or not self._kept_head[0].matches(sources):
             self._kept_head = None
             packable = self.pack_weights and is_plain_linear(head) and head.bias is None
             packed = _pack(head.weight) if packable and can_pack(head.weight) else None
-            self._kept_head = (_Stamp(sources), packed)
+            self._kept_head = (Stamp(sources), packed)
         self._head = self._kept_head[1]
 
     def release(self, weights: bool = False) -> None:
