@@ -296,3 +296,31 @@ def test_time_based_checkpoints(tmp_path):
     assert main(["train", "--quiet", "--output-dir", str(run), *args]) == 0
     # every step outlasts 0.6 ms, so each one is followed by a save
     assert [p.name for p in checkpoint.list_checkpoints(run)] == ["step-1", "step-2", "step-3"]
+
+
+@pytest.mark.slow
+def test_sft_on_sigterm_finishes_the_step_saves_a_checkpoint_and_resumes_to_the_same_weights(
+    tmp_path,
+):
+    sft = ["training.batch_size=8", "eval.size=0", "checkpoint.deterministic=true"]
+    full = tmp_path / "full"
+    assert main(["sft", "--quiet", "--output-dir", str(full), *sft, "training.max_steps=30"]) == 0
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlvr.cli", "sft", "--quiet", "--output-dir", str(run), *sft]
+    proc = subprocess.Popen([*cmd, "training.max_steps=30"], stderr=subprocess.PIPE, text=True)
+    _wait_for(run / "metrics.jsonl", proc)
+    while not (run / "metrics.jsonl").read_text().strip():
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM: stopped after step" in err and "rlvr sft --resume --output-dir" in err
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["step"]
+    assert [p.name for p in checkpoint.list_checkpoints(run)] == [f"step-{last}"]
+    if last < 30:  # the run stopped early: continue it
+        resume = ["sft", "--quiet", "--resume", str(run), *sft, "training.max_steps=30"]
+        assert main(resume) == 0
+    weights = "final/model.safetensors"
+    assert _sha(run / weights) == _sha(full / weights)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 31))

@@ -231,3 +231,29 @@ class HeldoutEval:
             k=self.k,
             budgets=tuple(self.budgets),
         )
+
+
+def heldout_eval(
+    cfg: Any,
+    task: Any,
+    engine: Any,
+    encode: Callable[[Mapping[str, Any]], list[int]],
+    verifier: Callable[[str, Mapping[str, Any]], float],
+) -> HeldoutEval:
+    """The run's held-out set (`eval.size` problems of the task; a dataset holds out what it
+    holds out) decoded as the `eval` section of `cfg` (a Config) says."""
+    size = cfg.eval.size
+    if hasattr(task, "eval"):
+        size = min(size, len(task.eval))
+    heldout = task.heldout(size) if size else []
+    return HeldoutEval(
+        engine,
+        heldout,
+        [encode(s) for s in heldout],
+        verifier,
+        max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+        t1_samples=cfg.eval.t1_samples,
+        seed=cfg.training.seed + 12345,
+        k=cfg.eval.k,
+        budgets=tuple(cfg.eval.budgets),
+    )

@@ -32,23 +32,15 @@ from rlvr.observe.metrics import memory_metrics
 from rlvr.rewards.compose import build_verifier
 from rlvr.rollout import SamplingParams, build_engine
 from rlvr.training.allocator import keep_freed_memory
-from rlvr.training.checkpoint import (
-    incomplete_checkpoints,
-    latest_checkpoint,
-    load_checkpoint_state,
-    restore_rng_state,
-    rng_state,
-    save_checkpoint,
-    save_model,
-    truncate_jsonl,
-)
+from rlvr.training.checkpoint import save_model
 from rlvr.training.collect import ScoredRollouts, collect
-from rlvr.training.evaluate import HeldoutEval
+from rlvr.training.evaluate import heldout_eval
 from rlvr.training.forward import build_forward
 from rlvr.training.learner import Learner
 from rlvr.training.optim import build_optimizer, build_scheduler
 from rlvr.training.packing import attention_pair_cost
 from rlvr.training.policy import build_policy
+from rlvr.training.rl_state import RLCheckpoints
 from rlvr.training.rollouts import build_rollout_source, build_schedule, check_rollout_source
 from rlvr.training.run import (
     CheckpointTriggers,
@@ -79,11 +71,11 @@ class GRPOTrainer:
         world: World | None = None,
     ) -> None:
         self.cfg, self.run_dir, self.resume = cfg, run_dir, resume
+        check_rollout_source(cfg, world)  # before joining a process group: Ray needs none
         self.world = world if world is not None else init_world(cfg.distributed.backend)
         self.main = self.world.is_main  # rank 0 logs, evaluates and writes the run directory
         self.log = log if self.main else (lambda _msg: None)
         self.show_progress = progress and cfg.logging.progress and self.main
-        check_rollout_source(cfg, self.world)
         torch.manual_seed(cfg.training.seed)
         if cfg.checkpoint.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -112,10 +104,10 @@ class GRPOTrainer:
             max_new_tokens=r.max_new_tokens,
             stop=tuple(r.stop),
         )
-        steps_per_update = r.prompts_per_step * r.group_size
-        mini_batch = cfg.training.mini_batch_size or steps_per_update
+        rows_per_step = r.prompts_per_step * r.group_size
+        mini_batch = cfg.training.mini_batch_size or rows_per_step
         total_updates = cfg.training.steps * cfg.training.ppo_epochs
-        total_updates *= steps_per_update // mini_batch
+        total_updates *= rows_per_step // mini_batch
         optimizer = build_optimizer(self.model, cfg.optimizer)
         pad_id = self.tokenizer.pad_token_id
         forward = build_forward(cfg, pad_id, attention_pair_cost(self.policy.rollout_model))
@@ -128,7 +120,24 @@ class GRPOTrainer:
             max_consecutive_skips=cfg.training.max_consecutive_skips,
         )
         self.data_report = self._filter_long_prompts()
-        self.evaluate = self._heldout_eval()
+        # off-policy: the engine's weights are a stale snapshot; evaluation sees the current ones
+        eval_engine = (
+            build_engine(r.engine, self.model, self.tokenizer, max_batch_size=r.max_batch_size)
+            if r.off_policy_steps
+            else self.engine  # with FSDP the replica is synced before every evaluation
+        )
+        self.evaluate = heldout_eval(cfg, self.task, eval_engine, self.encode, self.verifier)
+        self.checkpoints = RLCheckpoints(
+            run_dir,
+            self.policy,
+            self.learner,
+            self.task,
+            {"prompt": self.prompt_rng},
+            {"sample": self.sample_gen, "shuffle": self.shuffle_gen},
+            keep_last=cfg.checkpoint.keep_last,
+            main=self.main,
+            log=self.log,
+        )
         # last: a Ray source starts a cluster, which nothing after it could fail to close
         self.source = build_rollout_source(
             cfg, self.engine, self.verifier, self.sampling, self.sample_gen, self.world, self.log
@@ -142,7 +151,10 @@ class GRPOTrainer:
         cfg, main = self.cfg, self.main
         start = time.perf_counter()
         # Restored before metrics.jsonl is opened: resuming truncates it to the checkpoint's step.
-        restored = self._restore() if self.resume else None
+        restored = self.checkpoints.restore() if self.resume else None
+        if restored is not None:
+            self.step = restored["step"]
+            self.rollouts.resume_with(restored.get("pending"))
         if main:
             dump_yaml(cfg, self.run_dir / "config.yaml")
         out = RunLog(
@@ -208,7 +220,8 @@ class GRPOTrainer:
                 # 4. checkpoint when due
                 save, signum = triggers.check(self.step)
                 if save:
-                    self._save_checkpoint(history, summary.get("eval_before"))
+                    pending = self.rollouts.pending()  # off-policy: the next batch, made
+                    self.checkpoints.save(self.step, history, summary.get("eval_before"), pending)
                     triggers.saved()
                 if signum:
                     progress.close()
@@ -281,30 +294,6 @@ class GRPOTrainer:
         )
         return report
 
-    def _heldout_eval(self) -> HeldoutEval:
-        cfg, r = self.cfg, self.cfg.rollout
-        size = cfg.eval.size
-        if hasattr(self.task, "eval"):  # a dataset holds out what it holds out
-            size = min(size, len(self.task.eval))
-        heldout = self.task.heldout(size) if size else []
-        # off-policy: the engine's weights are a stale snapshot; evaluation sees the current ones
-        engine = (
-            build_engine(r.engine, self.model, self.tokenizer, max_batch_size=r.max_batch_size)
-            if r.off_policy_steps
-            else self.engine  # with FSDP the replica is synced before every evaluation
-        )
-        return HeldoutEval(
-            engine,
-            heldout,
-            [self.encode(s) for s in heldout],
-            self.verifier,
-            max_new_tokens=cfg.eval.max_new_tokens or r.max_new_tokens,
-            t1_samples=cfg.eval.t1_samples,
-            seed=cfg.training.seed + 12345,
-            k=cfg.eval.k,
-            budgets=tuple(cfg.eval.budgets),
-        )
-
     def _start_summary(self, restored: dict | None) -> tuple[dict[str, Any], list, int]:
         """(summary so far, metric history, first step) of a fresh or resumed run."""
         summary: dict[str, Any] = {"model": self.cfg.model.name_or_path}
@@ -317,47 +306,3 @@ class GRPOTrainer:
         summary["resumed_from_step"] = restored["step"]
         self.log(f"resumed from checkpoint at step {restored['step']}")
         return summary, restored["history"], restored["step"] + 1
-
-    def _rngs(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        return {"prompt": self.prompt_rng}, {"sample": self.sample_gen, "shuffle": self.shuffle_gen}
-
-    def _save_checkpoint(self, history: list[dict], eval_before: Any) -> None:
-        """Rank 0 writes the checkpoint; under FSDP every rank calls this (the unsharded states
-        are gathered collectively) and the whole-weight replica is what gets saved."""
-        pending = self.rollouts.pending()  # off-policy: the next step's batch, already made
-        self.policy.gather_whole()
-        optimizer_state = self.policy.full_optimizer_state(self.learner.optimizer)
-        if not self.main:
-            return
-        state = {
-            "pending": pending,
-            "optimizer": optimizer_state,
-            "scheduler": self.learner.scheduler.state_dict(),
-            "rng": rng_state(*self._rngs()),
-            "task": self.task.state_dict() if hasattr(self.task, "state_dict") else None,
-            "history": history,
-            "eval_before": eval_before,
-        }
-        keep = self.cfg.checkpoint.keep_last
-        save_checkpoint(self.run_dir, self.step, self.policy.whole, self.tokenizer, state, keep)
-
-    def _restore(self) -> dict | None:
-        """Load the latest complete checkpoint of run_dir, if any; None means start afresh."""
-        skipped = incomplete_checkpoints(self.run_dir)
-        if skipped:
-            self.log(f"ignoring incomplete checkpoint(s) left by a crash: {', '.join(skipped)}")
-        path = latest_checkpoint(self.run_dir)
-        if path is None:
-            return None
-        state = load_checkpoint_state(path)
-        self.policy.load_state(state["model"], self.learner.optimizer, state["optimizer"])
-        self.learner.scheduler.load_state_dict(state["scheduler"])
-        restore_rng_state(state["rng"], *self._rngs())
-        if state.get("task") is not None and hasattr(self.task, "load_state_dict"):
-            self.task.load_state_dict(state["task"])
-        self.rollouts.resume_with(state.get("pending"))
-        self.step = state["step"]
-        if self.main:
-            truncate_jsonl(self.run_dir / "metrics.jsonl", self.step)
-            truncate_jsonl(self.run_dir / "timings.jsonl", self.step)
-        return state

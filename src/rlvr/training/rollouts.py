@@ -46,7 +46,7 @@ class RolloutSource(Protocol):
     def close(self) -> None: ...
 
 
-def check_rollout_source(cfg: Config, world: World) -> None:
+def check_rollout_source(cfg: Config, world: World | None) -> None:
     """What the chosen source needs, checked before any weights load (Ray: the `ray` module
     and a single learner process)."""
     if cfg.distributed.ray:
