@@ -69,8 +69,9 @@ import torch
 from rlvr.config import Config, ModelConfig
 from rlvr.distributed.world import World, launched_world_size
 from rlvr.errors import ConfigError, UserError
+from rlvr.rewards.scoring import Scorer
 from rlvr.rollout import RolloutBatch, SamplingParams, build_engine, concat_batches
-from rlvr.training.grpo import GRPOTrainer, Scorer
+from rlvr.training.grpo import GRPOTrainer
 
 
 class WorkerLost(UserError):

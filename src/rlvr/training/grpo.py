@@ -67,10 +67,11 @@ from rlvr.models.lora import is_lora, reference_context
 from rlvr.observe.diagnostics import diagnose
 from rlvr.observe.loggers import build_loggers
 from rlvr.observe.metrics import JsonlWriter, Progress, memory_metrics, percentile
-from rlvr.rewards.compose import CompositeVerifier, build_verifier
+from rlvr.rewards.compose import build_verifier
 from rlvr.rewards.exact import is_reasoning
 from rlvr.rewards.length import overlong_penalties
 from rlvr.rewards.pool import VerifierPool
+from rlvr.rewards.scoring import Scorer
 from rlvr.rollout import RolloutBatch, SamplingParams, build_engine, concat_batches
 from rlvr.training.allocator import keep_freed_memory
 from rlvr.training.checkpoint import (
@@ -114,56 +115,6 @@ class ScoredRollouts:
     staleness: int = 0  # optimizer steps between the sampler's weights and the learner's
     components: dict[str, list[float]] = field(default_factory=dict)  # composite verifier parts
     task_metrics: dict[str, float] = field(default_factory=dict)  # e.g. the curriculum level
-
-
-class Scorer:
-    """Applies the verifier to every completion, in this process or in a worker pool.
-
-    A verifier that raises, returns a non-finite value, crashes its worker or times out gives
-    reward 0 and is counted in `verifier_failures`: one bad sample must not kill a long run.
-    User errors (a missing optional dependency, a bad verifier spec) still stop the run.
-    A composite verifier ('math:1.0,format:0.1') also reports each component's reward so it can
-    be logged under its own name (in-process scoring only).
-    """
-
-    def __init__(
-        self, verifier: Callable[[str, Mapping[str, Any]], float], pool: Any = None
-    ) -> None:
-        self.verifier = verifier
-        self.pool = pool
-        self.components: dict[str, list[float]] = {}
-
-    def __call__(
-        self, texts: list[str], samples: list[Mapping[str, Any]]
-    ) -> tuple[list[float], int]:
-        if len(texts) != len(samples):
-            raise ValueError(f"{len(texts)} completions for {len(samples)} samples")
-        if self.pool is not None:
-            rewards, failures, _ = self.pool.score_batch(texts, samples)
-            return list(rewards), failures
-        composite = isinstance(self.verifier, CompositeVerifier)
-        rewards, failures = [], 0
-        for text, sample in zip(texts, samples):
-            try:
-                if composite:
-                    parts = self.verifier.score_components(text, sample)
-                    for name, value in parts.items():
-                        self.components.setdefault(name, []).append(value)
-                    r = sum(w * parts[name] for name, (_, w) in self.verifier.components.items())
-                else:
-                    r = float(self.verifier(text, sample))
-                if not math.isfinite(r):
-                    raise ValueError("non-finite reward")
-            except UserError:
-                raise
-            except Exception:  # noqa: BLE001 - any verifier bug is contained and counted
-                r, failures = 0.0, failures + 1
-            rewards.append(r)
-        return rewards, failures
-
-    def pop_components(self) -> dict[str, list[float]]:
-        out, self.components = self.components, {}
-        return out
 
 
 class GRPOTrainer:
