@@ -1,4 +1,4 @@
-"""One worker process per verifier call in flight, killed when the call overruns its time limit.
+"""A child process serving verifier calls, killed and replaced when a call overruns its limit.
 
 Why processes, and why kill them: a verifier runs code the policy wrote or sympy on answers the
 policy chose (`5^{5^{5^{5^5}}}`), and both can run for hours inside one C call. Signal-based
