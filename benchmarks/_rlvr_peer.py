@@ -36,7 +36,7 @@ class _StopTraining(Exception):
 
 
 def _trainer(overrides: list[str], run_dir: Path) -> Any:
-    from rlvr.cli import create_run_dir
+    from rlvr.commands.run_dir import create_run_dir
     from rlvr.config import load_config
     from rlvr.training.grpo import GRPOTrainer
 

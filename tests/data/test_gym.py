@@ -11,8 +11,9 @@ import pytest
 
 from rlvr.config import load_config
 from rlvr.data.registry import build_task
-from rlvr.data.tasks.gym import GymTask, GymVerifier, gym_reward, parse_gym_config
+from rlvr.data.tasks.gym import GymTask, parse_gym_config
 from rlvr.errors import ConfigError, DataError, UserError
+from rlvr.rewards.gym import GymVerifier, gym_reward
 from rlvr.rewards.registry import get_verifier
 
 # --- a fake reasoning_gym: the adapter's contract, without the package --------------------------
@@ -154,6 +155,8 @@ def test_verifier_rejects_samples_of_other_tasks():
 
 def test_registered_and_picklable():
     assert get_verifier("gym") is gym_reward
+    assert get_verifier("rlvr.rewards.gym:gym_reward") is gym_reward
+    assert get_verifier("rlvr.data.tasks.gym:gym_reward") is gym_reward  # its spec before the move
     assert isinstance(pickle.loads(pickle.dumps(gym_reward)), GymVerifier)
 
 

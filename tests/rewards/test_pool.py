@@ -1,5 +1,6 @@
 """VerifierPool: per-sample isolation of raising, crashing and hanging verifiers."""
 
+import math
 import sys
 import time
 
@@ -168,3 +169,18 @@ def test_processes_started_by_a_timed_out_verifier_are_killed_too(pool, tmp_path
         time.sleep(0.05)
     else:
         raise AssertionError(f"grandchild {pid} still running")
+
+
+def test_a_composite_returns_each_component_in_sample_order(verifier_file):
+    spec = f"{verifier_file}:verify:0.5,{verifier_file}:unpicklable:2"
+    with VerifierPool(spec, workers=2, timeout_s=TIMEOUT_S) as p:
+        scores, components = p.score_batch_with_components(
+            ["1", "raise", "2", "nan"], [{"answer": "1"}] * 4
+        )
+    assert scores.rewards == [2.5, 0.0, 2.0, 0.0]
+    assert scores.failures == 2
+    assert scores.details[3] == "error: ValueError: non-finite reward nan"
+    verify, unpicklable = (item.rsplit(":", 1)[0] for item in spec.split(","))
+    assert components[verify][:2] == [1.0, 0.0]
+    assert math.isnan(components[verify][2])
+    assert components[unpicklable] == [1.0, 1.0, 1.0]

@@ -447,6 +447,36 @@ def test_the_runner_fds_and_memory_are_closed_to_the_program(verifier):
     assert check(verifier, code, "denied").reward == 1.0
 
 
+def test_the_runner_is_its_own_file_run_by_path_and_nothing_else_of_rlvr_is_visible(verifier):
+    import hashlib
+
+    import rlvr
+
+    assert "getsource" not in Path(sandbox_module.__file__).read_text(encoding="utf-8")
+    runner, package = sandbox_module.RUNNER_PATH, Path(rlvr.__file__).resolve().parent
+    code = f"""
+    import hashlib, os, sys
+    print(sys.orig_argv[-3])  # the interpreter's own argv, inherited by the forked case
+    print(os.listdir(os.path.dirname({runner!r})))
+    print(hashlib.sha256(open({runner!r}, "rb").read()).hexdigest())
+    try:
+        open({runner!r}, "a").close()
+        print("runner writable")
+    except OSError:
+        print("runner read-only")
+    print([p for p in ({str(package)!r}, {str(package.parent)!r}) if os.path.exists(p)])
+    try:
+        import rlvr
+        print("imported", rlvr.__file__)
+    except ImportError:
+        print("no rlvr")
+    """
+    result = verifier.sandbox.run(Program(textwrap.dedent(code)), [""])[0]
+    digest = hashlib.sha256(Path(sandbox_module.RUNNER_FILE).read_bytes()).hexdigest()
+    expected = [runner, "['sandbox_runner.py']", digest, "runner read-only", "[]", "no rlvr"]
+    assert result.output.decode().splitlines() == expected, result.stderr
+
+
 def test_forged_frames_written_to_every_fd_do_not_count(verifier):
     code = """
     import os, struct, json

@@ -19,7 +19,7 @@ from rlvr.training.sampling import SAMPLE_FILES, SampleConfig, format_summary, r
 
 def check_sample_dir(output_dir: str | None, overwrite: bool) -> Path:
     """The output directory to use; refuses to clobber an earlier sample run unless `overwrite`."""
-    from rlvr.cli import check_run_dir
+    from rlvr.commands.run_dir import check_run_dir
 
     return check_run_dir(output_dir, overwrite, files=SAMPLE_FILES, prefix="sample")
 

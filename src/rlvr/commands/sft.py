@@ -46,7 +46,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.cli import check_run_dir, create_run_dir
+    from rlvr.commands.run_dir import check_run_dir, create_run_dir
     from rlvr.config import load_config
     from rlvr.models.loading import resolve_model_path
     from rlvr.observe.loggers import check_available

@@ -51,17 +51,32 @@ class CompositeVerifier:
         """Each component's unweighted reward, by name."""
         return {name: float(v(completion, sample)) for name, (v, _) in self.components.items()}
 
-    def __call__(self, completion: str, sample: Mapping[str, Any]) -> float:
-        parts = self.score_components(completion, sample)
+    def weighted_sum(self, parts: Mapping[str, float]) -> float:
+        """sum_i weight_i * parts[name_i], in component order: the reward of `__call__` and of
+        the trainer's Scorer (one expression, so both give the same float)."""
         return sum(w * parts[name] for name, (_, w) in self.components.items())
 
+    def __call__(self, completion: str, sample: Mapping[str, Any]) -> float:
+        return self.weighted_sum(self.score_components(completion, sample))
+
     def score(self, completion: str, sample: Mapping[str, Any]) -> Score:
-        total, details = 0.0, []
+        return self.score_with_components(completion, sample)[0]
+
+    def score_with_components(
+        self, completion: str, sample: Mapping[str, Any]
+    ) -> tuple[Score, dict[str, float]]:
+        """`score` and each component's unweighted reward by name, from one call of each.
+
+        The total is accumulated left to right (what a VerifierPool worker has always returned);
+        on Python >= 3.12, whose sum() of floats is compensated, it can differ from
+        `weighted_sum` in the last bit."""
+        total, details, parts = 0.0, [], {}
         for name, (v, w) in self.components.items():
             s = score_with_detail(v, completion, sample)
             total += w * s.reward
+            parts[name] = float(s.reward)
             details.append(f"{name}={s.reward:g}" + (f" ({s.detail})" if s.detail else ""))
-        return Score(total, "; ".join(details))
+        return Score(total, "; ".join(details)), parts
 
     def for_worker(self) -> CompositeVerifier:
         """Components that isolate themselves in a subprocess run inline (see pool.py)."""

@@ -1,253 +1,41 @@
-"""Run verifiers in worker processes that are killed when a check overruns its time limit.
+"""Score a batch of completions in N worker processes, each sample under a wall-clock limit.
 
-Why processes, and why kill them: a verifier runs code the policy wrote or sympy on answers the
-policy chose (`5^{5^{5^{5^5}}}`), and both can run for hours inside one C call. Signal-based
-timeouts cannot interrupt a C call and do not work off the main thread; the only bound that always
-holds is to SIGKILL the process doing the work from outside and start a fresh one.
+`VerifierPool(spec, workers, timeout_s)` resolves the verifier spec inside each worker
+(`WorkerProcess`, see workers.py: why processes, the start method, how children die with their
+parent) and hands samples to whichever worker is free. A sample whose verifier raises, returns a
+non-finite value, crashes its worker or overruns `timeout_s` gets reward 0, a detail saying which,
+and is counted in `failures`; the worker is killed if needed and replaced.
 
-- `WorkerProcess`: one child process that serves calls of one handler; `call(payload, timeout_s)`
-  returns the result or raises `WorkerTimeout` / `WorkerCrashed` after killing and replacing it.
-- `VerifierPool`: N such workers scoring a batch of (completion, sample) pairs in parallel.
-
-Start method: "forkserver" where the platform has it, else "spawn"; never "fork". The trainer
-process holds torch's thread pools (and maybe CUDA), and forking a multi-threaded process can
-deadlock the child on a lock some other thread held at fork time. The fork server is a fresh,
-single-threaded interpreter that preloads sympy and math-verify once, so replacing a killed worker
-costs a fork (tens of ms), not a fresh import of sympy (a second or more). As with any
-spawn/forkserver use, a script that creates workers needs the `if __name__ == "__main__":` guard.
-
-Children are not daemonic (a verifier may start processes of its own); they die with their
-parent anyway: a Linux parent-death signal, EOF on their pipe when idle, and an atexit hook.
+A composite verifier ('math:1.0,format:0.1') also returns each component's unweighted reward, so
+the trainer logs reward/<name> with a pool as it does in-process.
 """
 
 from __future__ import annotations
 
-import atexit
-import importlib
 import math
-import multiprocessing
 import os
-import signal
-import sys
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rlvr.errors import ConfigError, UserError
+from rlvr.errors import ConfigError
+from rlvr.rewards.base import score_with_detail
+from rlvr.rewards.compose import CompositeVerifier, build_verifier
+from rlvr.rewards.workers import (
+    DETAIL_MAX_CHARS,
+    WorkerCrashed,
+    WorkerError,
+    WorkerProcess,
+    WorkerSetupError,
+    mp_context,
+    short_error,
+)
 
-START_TIMEOUT_S = 120.0  # a worker that is not ready after this long is a bug (or a dead machine)
-DETAIL_MAX_CHARS = 200
-_PRELOAD = ["rlvr.rewards.registry", "rlvr.rewards.math", "math_verify", "sympy"]
-
-
-class WorkerTimeout(Exception):
-    """The call ran past its limit; the worker was killed and replaced."""
-
-
-class WorkerCrashed(Exception):
-    """The worker died during the call (segfault, os._exit, OOM kill); it was replaced."""
-
-
-class WorkerError(Exception):
-    """The handler raised; the message is 'ExceptionType: message' from the worker."""
-
-
-class WorkerSetupError(Exception):
-    """The worker could not build its handler (bad spec, import error); message from the worker."""
-
-
-def mp_context() -> multiprocessing.context.BaseContext:
-    """The multiprocessing context for verifier workers: forkserver (with preloads) or spawn."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        # Only takes effect if the fork server is not running yet; a module that fails to
-        # import (math-verify not installed) is skipped silently by the fork server.
-        ctx.set_forkserver_preload(["__main__", *_PRELOAD])
-        return ctx
-    return multiprocessing.get_context("spawn")
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (no-op elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # pragma: no cover - exotic libc
-        pass
-
-
-def _load_callable(target: str) -> Callable[..., Any]:
-    module_name, name = target.rsplit(":", 1)
-    return getattr(importlib.import_module(module_name), name)
-
-
-def _short(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"[:DETAIL_MAX_CHARS]
-
-
-def _worker_main(conn: Connection, factory: str, arg: Any) -> None:
-    """Child process: build the handler with `factory(arg)`, then serve payloads until EOF."""
-    _die_with_parent()
-    # Our own process group, so a kill also reaches processes the verifier started; Ctrl-C
-    # then goes to the parent only, which kills us.
-    if hasattr(os, "setpgrp"):  # POSIX
-        os.setpgrp()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A verifier that prints must not corrupt the parent's stdout (`rlvr verify` writes JSONL
-    # there): the child's stdout goes to stderr.
-    try:
-        os.dup2(2, 1)
-        sys.stdout = sys.stderr
-    except OSError:  # pragma: no cover - no stderr
-        pass
-    try:
-        handler = _load_callable(factory)(arg)
-    except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
-        # A UserError's message is the whole story; anything else needs its type.
-        conn.send(("setup_error", str(e) if isinstance(e, UserError) else _short(e)))
-        return
-    conn.send(("ready", None))
-    while True:
-        try:
-            payload = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            conn.send(("ok", handler(payload)))
-        except BaseException as e:  # noqa: BLE001 - any verifier bug is reported, not fatal
-            conn.send(("error", _short(e)))
-
-
-class WorkerProcess:
-    """One child process serving `factory(arg)(payload)` calls, replaced when killed or dead.
-
-    `factory` is a 'module:function' path imported in the child, so neither the handler nor
-    what it closes over needs to be picklable; `arg` and payloads must be.
-    """
-
-    def __init__(self, factory: str, arg: Any = None, ctx: Any = None) -> None:
-        self.factory, self.arg = factory, arg
-        self.ctx = ctx or mp_context()
-        self.process: Any = None
-        self.conn: Connection | None = None
-        self.ready = False
-        _LIVE.add(self)
-
-    # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the child without waiting for it to be ready."""
-        parent_conn, child_conn = self.ctx.Pipe(duplex=True)
-        self.process = self.ctx.Process(
-            target=_worker_main, args=(child_conn, self.factory, self.arg), name="rlvr-verifier"
-        )
-        self.process.start()
-        child_conn.close()
-        self.conn, self.ready = parent_conn, False
-
-    def handle_ready_message(self) -> None:
-        """Read the child's first message; raises WorkerSetupError / WorkerCrashed."""
-        try:
-            kind, message = self.conn.recv()  # type: ignore[union-attr]
-        except (EOFError, OSError):
-            code = self._reap()
-            raise WorkerCrashed(f"worker exited during start-up (exit code {code})") from None
-        if kind != "ready":
-            self.kill()
-            raise WorkerSetupError(message)
-        self.ready = True
-
-    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        if self.process is None:
-            self.start()
-        if self.ready:
-            return
-        if not self.conn.poll(timeout_s):  # type: ignore[union-attr]
-            self.kill()
-            raise WorkerCrashed(f"worker not ready after {timeout_s:.0f} s")
-        self.handle_ready_message()
-
-    def kill(self) -> None:
-        """SIGKILL the child and its process group (C calls cannot ignore it); free the pipe."""
-        if self.process is not None:
-            if self.process.is_alive():
-                try:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                except (OSError, AttributeError):  # not yet a group leader; or not POSIX
-                    self.process.kill()
-            self.process.join(5)
-            if self.process.exitcode is not None:
-                self.process.close()
-        if self.conn is not None:
-            self.conn.close()
-        self.process, self.conn, self.ready = None, None, False
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-
-    def _reap(self) -> int | None:
-        code = None
-        if self.process is not None:
-            self.process.join(5)
-            code = self.process.exitcode
-        self.kill()
-        return code
-
-    # -- calls -----------------------------------------------------------------------------------
-    def send(self, payload: Any) -> None:
-        self.conn.send(payload)  # type: ignore[union-attr]
-
-    def receive(self) -> Any:
-        """The reply to the last payload; raises WorkerError or WorkerCrashed (and restarts)."""
-        try:
-            kind, value = self.conn.recv()  # type: ignore[union-attr]
-        except (EOFError, OSError):
-            code = self._reap()
-            self.start()
-            raise WorkerCrashed(f"worker crashed (exit code {code})") from None
-        if kind == "error":
-            raise WorkerError(value)
-        return value
-
-    def call(self, payload: Any, timeout_s: float) -> Any:
-        """Run one call with a wall-clock limit measured from when a ready worker gets it."""
-        self.wait_ready()
-        try:
-            self.send(payload)
-        except (BrokenPipeError, OSError):  # died while idle: not this payload's fault, retry once
-            self.restart()
-            self.wait_ready()
-            self.send(payload)
-        if not self.conn.poll(timeout_s):  # type: ignore[union-attr]
-            self.restart()
-            raise WorkerTimeout(f"timeout after {timeout_s:g} s")
-        return self.receive()
-
-    def close(self) -> None:
-        self.kill()
-        _LIVE.discard(self)
-
-
-# Workers alive in this process, killed at interpreter exit before multiprocessing's own atexit
-# hook would join (and wait for) a stuck non-daemonic child.
-_LIVE: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
-
-
-@atexit.register
-def _kill_live_workers() -> None:
-    for worker in list(_LIVE):
-        worker.kill()
-
-
-# -- VerifierPool ------------------------------------------------------------------------------
+# One worker's reply for one sample: reward, detail, and each component's reward (composites).
+Reply = tuple[float, str, dict[str, float] | None]
 
 
 class BatchScores(NamedTuple):
@@ -256,11 +44,8 @@ class BatchScores(NamedTuple):
     details: list[str]
 
 
-def _verifier_handler(spec: str) -> Callable[[tuple[str, Mapping[str, Any]]], tuple[float, str]]:
-    """Worker-side factory: resolve the spec and return a (completion, sample) -> (r, detail)."""
-    from rlvr.rewards.base import score_with_detail
-    from rlvr.rewards.compose import build_verifier
-
+def _verifier_handler(spec: str) -> Callable[[tuple[str, Mapping[str, Any]]], Reply]:
+    """Worker-side factory: resolve the spec and return (completion, sample) -> Reply."""
     verifier = build_verifier(spec)
     # A verifier that isolates its own checks in a subprocess (MathVerifier) can run them inline
     # here, since this worker is itself killed on timeout.
@@ -268,13 +53,16 @@ def _verifier_handler(spec: str) -> Callable[[tuple[str, Mapping[str, Any]]], tu
     if callable(for_worker):
         verifier = for_worker()
 
-    def handle(payload: tuple[str, Mapping[str, Any]]) -> tuple[float, str]:
+    def handle(payload: tuple[str, Mapping[str, Any]]) -> Reply:
         completion, sample = payload
-        score = score_with_detail(verifier, completion, sample)
-        reward = float(score.reward)
-        if not math.isfinite(reward):
-            raise ValueError(f"non-finite reward {reward}")
-        return reward, str(score.detail)[:DETAIL_MAX_CHARS]
+        parts = None
+        if isinstance(verifier, CompositeVerifier):
+            score, parts = verifier.score_with_components(completion, sample)
+        else:
+            score = score_with_detail(verifier, completion, sample)
+        # A non-finite reward is judged by the parent, which still logs the components (as the
+        # in-process Scorer does).
+        return float(score.reward), str(score.detail)[:DETAIL_MAX_CHARS], parts
 
     return handle
 
@@ -345,12 +133,21 @@ class VerifierPool:
         self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
     ) -> BatchScores:
         """Rewards aligned with `completions`; raises ValueError if the two lengths differ."""
+        return self.score_batch_with_components(completions, samples)[0]
+
+    def score_batch_with_components(
+        self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
+    ) -> tuple[BatchScores, dict[str, list[float]]]:
+        """`score_batch`, and for a composite verifier each component's unweighted rewards by
+        name, in sample order, over the samples whose verifier returned (a failed sample that
+        returned a non-finite total included; one that raised, crashed or timed out not)."""
         if len(completions) != len(samples):
             raise ValueError(
                 f"score_batch: {len(completions)} completions but {len(samples)} samples"
             )
         n = len(completions)
         rewards, details = [0.0] * n, [""] * n
+        parts: list[dict[str, float] | None] = [None] * n
         failures = 0
         pending = deque(range(n))
         busy: dict[WorkerProcess, tuple[int, float]] = {}  # worker -> (sample index, deadline)
@@ -372,7 +169,7 @@ class VerifierPool:
                     w.restart()
                     continue
                 except Exception as e:  # noqa: BLE001 - an unpicklable sample fails alone
-                    fail(i, f"error: {_short(e)}")
+                    fail(i, f"error: {short_error(e)}")
                     continue
                 busy[w] = (i, time.monotonic() + self.timeout_s)
             starting = [w for w in self._workers if not w.ready]
@@ -398,7 +195,10 @@ class VerifierPool:
                     del busy[w]
                     # A reply written just before the worker died is still in the pipe.
                     try:
-                        rewards[i], details[i] = w.receive()
+                        rewards[i], details[i], parts[i] = w.receive()
+                        if not math.isfinite(rewards[i]):
+                            reason = ValueError(f"non-finite reward {rewards[i]}")
+                            fail(i, f"error: {short_error(reason)}")
                     except WorkerError as e:
                         fail(i, f"error: {e}")
                     except WorkerCrashed as e:
@@ -407,7 +207,11 @@ class VerifierPool:
                     del busy[w]
                     w.restart()
                     fail(i, f"timeout after {self.timeout_s:g} s")
-        return BatchScores(rewards, failures, details)
+        components: dict[str, list[float]] = {}
+        for sample_parts in parts:
+            for name, value in (sample_parts or {}).items():
+                components.setdefault(name, []).append(value)
+        return BatchScores(rewards, failures, details), components
 
     def close(self) -> None:
         for w in self._workers:

@@ -15,11 +15,11 @@ from rlvr.rewards.base import Verifier
 
 
 def _builtin() -> dict[str, Verifier]:
-    from rlvr.data.tasks.gym import gym_reward  # reasoning-gym itself loads on first use
     from rlvr.rewards.code import code_reward
     from rlvr.rewards.countdown import countdown_reward
     from rlvr.rewards.exact import exact_answer_reward
     from rlvr.rewards.format import format_reward
+    from rlvr.rewards.gym import gym_reward  # reasoning-gym itself loads on first use
     from rlvr.rewards.language import language_reward
     from rlvr.rewards.math import math_reward
 

@@ -1,14 +1,16 @@
 """Run an untrusted program against test cases inside a bubblewrap sandbox.
 
 One sandbox launch per program (~40-60 ms: bwrap + a Python start); inside it a small runner
-forks one fresh process per test case (~1 ms) and streams each case's raw output back. Nothing is
-judged inside the sandbox: the caller compares outputs in the parent (see rewards/code.py).
+(rewards/sandbox_runner.py, run by path) forks one fresh process per test case (~1 ms) and
+streams each case's raw output back. Nothing is judged inside the sandbox: the caller compares
+outputs in the parent (see rewards/code.py).
 
 Isolation (details and the threat model in docs/verifiers-code.md):
 - namespaces: no network (--unshare-net: only a private loopback), pid, ipc, uts, cgroup;
 - filesystem: read-only /usr, /lib*, /bin, /etc/ld.so.cache and the Python prefix with its
-  site-packages hidden; a private size-limited tmpfs /tmp; nothing else (no project, no home, no
-  tests); `/` and `/dev` remounted read-only; environment cleared to PATH, HOME, LANG;
+  site-packages hidden; the runner file (rewards/sandbox_runner.py) alone, read-only at
+  RUNNER_PATH; a private size-limited tmpfs /tmp; nothing else (no project, no home, no tests);
+  `/` and `/dev` remounted read-only; environment cleared to PATH, HOME, LANG;
 - an unprivileged uid. As real root the kernel exempts uid 0 from RLIMIT_NPROC even inside a
   user namespace (measured), so the runner starts as root in a namespace-only sandbox and drops
   to a random uid of its own (>= 2**30, unique per launch) before any untrusted code runs. As a
@@ -28,13 +30,10 @@ the launch.
 
 from __future__ import annotations
 
-import ctypes
 import hmac
-import inspect
 import marshal
 import math
 import os
-import resource
 import secrets
 import selectors
 import shutil
@@ -44,7 +43,6 @@ import subprocess
 import sys
 import sysconfig
 import time
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -52,11 +50,15 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.errors import UserError
+from rlvr.rewards import sandbox_runner
+from rlvr.rewards.sandbox_runner import FRAME as _FRAME
+from rlvr.rewards.sandbox_runner import RESULT as _RESULT
+from rlvr.rewards.sandbox_runner import write_all as _write_all
 
-_FRAME = struct.Struct(">16scII")  # nonce, kind (H hello, S start, R result), case index, length
-# R payload: status (0 exited, 1 output limit), exit code, signal (-1: none), wall s, stderr size;
-# then stderr, then output.
-_RESULT = struct.Struct(">BiidI")
+# The runner is this one file, bound read-only at RUNNER_PATH inside the sandbox (and run from
+# where it lies when unsandboxed); nothing else of the package is bound.
+RUNNER_FILE = os.path.realpath(sandbox_runner.__file__)
+RUNNER_PATH = "/rlvr-runner/sandbox_runner.py"
 _SANDBOX_UID_BASE = 2**30  # root mode drops to a random uid in [2**30, 2**31)
 _HARNESS_GRACE_S = 0.5  # runner bookkeeping per case on top of the program's own time limit
 
@@ -164,6 +166,9 @@ def _bwrap_argv(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:
             argv += ["--ro-bind", prefix, prefix]
     for site in site_packages:  # stdlib only: hide installed packages (and their paths)
         argv += ["--size", "4096", "--tmpfs", site, "--remount-ro", site]
+    # The runner alone, at a fixed path: the rest of rlvr (and the hidden tests) stays outside.
+    argv += ["--perms", "0755", "--dir", os.path.dirname(RUNNER_PATH)]
+    argv += ["--ro-bind", RUNNER_FILE, RUNNER_PATH]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += ["--perms", "01777", "--size", tmpfs, "--tmpfs", "/tmp"]
     argv += ["--perms", "01777", "--size", tmpfs, "--tmpfs", "/dev/shm"]
@@ -277,7 +282,8 @@ class Sandbox:
         _write_all(control, struct.pack(">Q", len(blob)) + blob + b"".join(nonces))
         os.lseek(control, 0, os.SEEK_SET)
         result_r, result_w = os.pipe()
-        python = [_python_layout()[0], "-I", "-S", "-X", "utf8", "-c", _runner_source()]
+        runner = RUNNER_PATH if sandboxed else RUNNER_FILE
+        python = [_python_layout()[0], "-I", "-S", "-X", "utf8", runner]
         prefix = _bwrap_argv(bwrap, limits, as_root) if sandboxed else []
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
         if sandboxed:
@@ -431,272 +437,3 @@ def _kill_tree(proc: subprocess.Popen, case_pgid: int | None) -> None:
                 pass
     proc.wait()
     proc.stderr.close()
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-# ------------------------------------------------------------------------------------------------
-# The runner. These functions are shipped as source into the sandbox (see _runner_source) and run
-# in a fresh `python -I -S` where nothing from this package is importable: stdlib only, and every
-# name they use must be imported in _RUNNER_IMPORTS.
-
-_RUNNER_IMPORTS = (
-    "import ctypes, marshal, os, resource, selectors, signal, struct, sys, time, types\n"
-)
-
-
-@cache
-def _runner_source() -> str:
-    functions = (_write_all, _runner_read, _runner_send, _runner_child, _runner_collect)
-    functions += (_runner_case, _runner_main)
-    body = "\n\n".join(inspect.getsource(f) for f in functions)
-    structs = (
-        f"_FRAME = struct.Struct({_FRAME.format!r})\n_RESULT = struct.Struct({_RESULT.format!r})\n"
-    )
-    return f"{_RUNNER_IMPORTS}{structs}\n{body}\n\n_runner_main()\n"
-
-
-def _runner_read(fd: int, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = os.read(fd, n - len(data))
-        if not chunk:
-            raise EOFError("control channel closed early")
-        data += chunk
-    return data
-
-
-def _runner_send(fd: int, nonce: bytes, kind: bytes, index: int, payload: bytes = b"") -> None:
-    _write_all(fd, _FRAME.pack(nonce, kind, index, len(payload)) + payload)
-
-
-def _runner_main() -> None:
-    control_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
-    (size,) = struct.unpack(">Q", _runner_read(control_fd, 8))
-    spec = marshal.loads(_runner_read(control_fd, size))
-    limits = spec["limits"]
-    for name, value in (
-        ("RLIMIT_AS", limits["memory_bytes"]),
-        ("RLIMIT_FSIZE", limits["file_bytes"]),
-        ("RLIMIT_NOFILE", limits["open_files"]),
-        ("RLIMIT_CORE", 0),
-        ("RLIMIT_NPROC", limits["processes"]),
-    ):
-        if value is not None:
-            resource.setrlimit(getattr(resource, name), (value, value))
-    uid = spec["drop_to_uid"]
-    if uid is not None:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-        status = open("/proc/self/status").read()
-        if os.getresuid() != (uid,) * 3 or "CapEff:\t0000000000000000" not in status:
-            raise SystemExit("runner: could not drop privileges")
-    libc = ctypes.CDLL(None, use_errno=True)
-    # PR_SET_DUMPABLE 0 closes /proc/<runner>/{fd,mem} and ptrace to the program; 38 is
-    # PR_SET_NO_NEW_PRIVS (no setuid or file-capability gains through exec).
-    if libc.prctl(4, 0, 0, 0, 0) != 0 or libc.prctl(38, 1, 0, 0, 0) != 0:
-        raise SystemExit("runner: prctl failed")
-    workdir = spec["workdir"]
-    if workdir is None:  # unsandboxed: a private directory instead of the sandbox's tmpfs
-        import tempfile
-
-        workdir = tempfile.mkdtemp(prefix="rlvr-run-")
-    os.chdir(workdir)
-    path = os.path.join(workdir, spec["file_name"])
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(spec["source"])
-    if spec["fn_name"] is not None:
-        import json  # noqa: F401  (imported once here, before the forks, not once per case)
-
-    # Kill everything else visible after each case, but only inside our own pid namespace.
-    kill_all = spec["pid_namespace"] and os.getpid() == 2
-    _runner_send(result_fd, _runner_read(control_fd, 16), b"H", 0)
-    try:
-        for index, case in enumerate(spec["cases"]):
-            _runner_case(spec, index, case, path, control_fd, result_fd, kill_all)
-    finally:
-        if spec["workdir"] is None:
-            import shutil
-
-            shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _runner_case(spec, index, case, path, control_fd, result_fd, kill_all) -> None:
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    if spec["fn_name"] is None:
-        stdin_fd = os.memfd_create("stdin")
-        _write_all(stdin_fd, case.encode("utf-8", "surrogateescape"))
-        os.lseek(stdin_fd, 0, os.SEEK_SET)
-    else:
-        stdin_fd = os.open(os.devnull, os.O_RDONLY)
-    give_up = time.monotonic() + 1.0
-    while True:  # right after a fork bomb the killed processes may still hold RLIMIT_NPROC
-        try:
-            pid = os.fork()
-            break
-        except BlockingIOError:
-            if time.monotonic() > give_up:
-                raise
-            time.sleep(0.01)
-    if pid == 0:
-        _runner_child(spec, case, path, stdin_fd, out_w, err_w)
-    for fd in (stdin_fd, out_w, err_w):
-        os.close(fd)
-    try:
-        os.setpgid(pid, pid)
-    except OSError:
-        pass
-    # Read this case's nonce only now: the forked program never has it in memory.
-    nonce = _runner_read(control_fd, 16)
-    _runner_send(result_fd, nonce, b"S", index, struct.pack(">I", pid))
-    started = time.monotonic()
-    output, stderr, status = _runner_collect(pid, out_r, err_r, spec["limits"]["output_bytes"])
-    wall_s = time.monotonic() - started
-    if status == "output_limit":
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    _, wait_status = os.waitpid(pid, 0)
-    if kill_all:
-        give_up = time.monotonic() + 1.0
-        while time.monotonic() < give_up:
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except ProcessLookupError:
-                break
-            time.sleep(0.001)
-    else:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    exit_code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else -1
-    signal_number = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else -1
-    status_code = 1 if status == "output_limit" else 0
-    header = _RESULT.pack(status_code, exit_code, signal_number, wall_s, len(stderr))
-    _runner_send(result_fd, nonce, b"R", index, header + stderr + output)
-
-
-def _runner_collect(pid, out_r, err_r, cap):
-    """Read the case's stdout and stderr until the process exits (not until EOF: a background
-    child may hold the pipes open), then drain what is already buffered. Returns (stdout,
-    stderr tail, status)."""
-    pidfd = os.pidfd_open(pid)
-    selector = selectors.DefaultSelector()
-    for fd in (out_r, err_r, pidfd):
-        os.set_blocking(fd, False)
-        selector.register(fd, selectors.EVENT_READ)
-    output, stderr, stderr_total = bytearray(), bytearray(), 0
-    status, exited, pipes = "exited", False, {out_r, err_r}
-    while not exited or pipes:
-        if exited:
-            ready = list(pipes)
-        else:
-            ready = [key.fd for key, _ in selector.select()]
-            exited = pidfd in ready
-        for fd in pipes.intersection(ready):
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                if exited:  # drained; later writes from leftover processes are ignored
-                    pipes.discard(fd)
-                continue
-            if not chunk:
-                pipes.discard(fd)
-                selector.unregister(fd)
-            elif fd == out_r:
-                output += chunk
-            else:
-                stderr_total += len(chunk)
-                stderr = (stderr + chunk)[-2048:]
-        if len(output) > cap or stderr_total > cap:
-            status = "output_limit"
-            break
-    selector.close()
-    for fd in (out_r, err_r, pidfd):
-        os.close(fd)
-    return bytes(output[:cap]), bytes(stderr), status
-
-
-def _runner_child(spec, case, path, stdin_fd, out_w, err_w) -> None:
-    """The forked case process: wire fds 0-2 (and 3: the JSON result of a call), close every
-    other fd, set the CPU limit, then run the program. Never returns."""
-    status = 1
-    try:
-        os.setpgid(0, 0)
-        fn_mode = spec["fn_name"] is not None
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(stdin_fd, 0)
-        os.dup2(devnull if fn_mode else out_w, 1)
-        os.dup2(err_w, 2)
-        if fn_mode:
-            os.dup2(out_w, 3, inheritable=False)
-        first_closed = 4 if fn_mode else 3
-        for name in os.listdir("/proc/self/fd"):
-            if int(name) >= first_closed:
-                try:
-                    os.close(int(name))
-                except OSError:
-                    pass
-        cpu = spec["limits"]["cpu_s"]
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        if spec["command"] is not None:
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            argv = [arg.replace("{file}", path) for arg in spec["command"]]
-            os.execvp(argv[0], argv)
-        sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)
-        sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
-        sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", closefd=False)
-        sys.argv = [path]
-        module = types.ModuleType("solution" if fn_mode else "__main__")
-        module.__file__ = path
-        sys.modules[module.__name__] = module
-        namespace = module.__dict__
-        if fn_mode:  # bound before the program runs (it can still replace it: see the docs)
-            from json import dumps
-        status = 0
-        try:
-            exec(compile(spec["source"], path, "exec"), namespace)
-            if fn_mode:
-                fn = namespace.get(spec["fn_name"])
-                if fn is None and isinstance(namespace.get("Solution"), type):
-                    fn = getattr(namespace["Solution"](), spec["fn_name"], None)
-                if not callable(fn):
-                    raise NameError(f"function {spec['fn_name']!r} is not defined")
-                value = fn(*case)
-                try:
-                    text = dumps(value, allow_nan=False)
-                except (TypeError, ValueError) as e:
-                    raise TypeError(f"the result is not JSON-serialisable: {e}") from None
-                _write_all(3, text.encode())
-        except SystemExit as e:
-            if e.code is None or isinstance(e.code, int):
-                status = e.code or 0
-            else:
-                print(e.code, file=sys.stderr)
-                status = 1
-    except BaseException:
-        import traceback  # only on failure: importing it costs ~3 ms per launch
-
-        traceback.print_exc()
-        status = 1
-    finally:
-        threading = sys.modules.get("threading")
-        if threading is not None:  # as at interpreter exit: wait for non-daemon threads (the
-            try:  # competitive-programming idiom runs main() in a big-stack thread, unjoined)
-                threading._shutdown()
-            except BaseException:
-                pass
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:
-                pass
-        os._exit(status & 0xFF)

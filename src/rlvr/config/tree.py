@@ -10,9 +10,9 @@ Every field's metadata carries its help text and its constraints:
   choices  allowed values
   ge/gt/le/lt   numeric bounds
 
-This module holds the tree; `rlvr.config_fields` the machinery that reads any such tree and
-`rlvr.config_checks` the checks across fields (`validate`, `config_warnings`). Every name is
-importable from here. The algorithm names come from `rlvr.algorithms.names` (no torch).
+This module holds the tree; `rlvr.config.fields` the machinery that reads any such tree and
+`rlvr.config.checks` the checks across fields (`validate`, `config_warnings`). Every name is
+importable from `rlvr.config`. The algorithm names come from `rlvr.algorithms.names` (no torch).
 """
 
 from __future__ import annotations
@@ -29,15 +29,8 @@ from rlvr.algorithms.names import (
     RATIO_LEVELS,
     STD_KINDS,
 )
-from rlvr.config_checks import check_template, validate
-from rlvr.config_checks import config_warnings as config_warnings
-from rlvr.config_checks import validate_model as validate_model
-from rlvr.config_fields import _f, describe_tree, leaf_keys, load_tree
-from rlvr.config_fields import dump_yaml as dump_yaml
-from rlvr.config_fields import parse_override as parse_override
-from rlvr.config_fields import read_yaml as read_yaml
-from rlvr.config_fields import to_dict as to_dict
-from rlvr.config_fields import type_name as type_name
+from rlvr.config.checks import check_template, validate
+from rlvr.config.fields import _f, describe_tree, leaf_keys, load_tree
 from rlvr.errors import ConfigError
 
 
@@ -402,7 +395,7 @@ class Config:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def validate(self) -> None:
-        """The checks across sections (`rlvr.config_checks.validate`)."""
+        """The checks across sections (`rlvr.config.checks.validate`)."""
         validate(self)
 
 

@@ -3,20 +3,20 @@
 `validate` refuses a config that cannot run (a one-line `ConfigError` naming the key);
 `config_warnings` names the options that are set but have no effect under the rest of the config
 (one line each, for the caller to show). Both read the tree only: this module imports nothing
-from `rlvr.config` at run time, so `rlvr.config` can call it while it is being defined.
+from the tree's module (`rlvr.config.tree` calls it), so `cfg` is typed loosely.
 """
 
 from __future__ import annotations
 
 import string
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlvr.algorithms.names import ADVANTAGE_ESTIMATOR_SPECS, POLICY_LOSS_SPECS, AlgorithmSpec
 from rlvr.errors import ConfigError
 
-if TYPE_CHECKING:
-    from rlvr.config import Config, ModelConfig
+Config = Any  # rlvr.config.Config, the RL run's tree
+ModelConfig = Any  # rlvr.config.ModelConfig
 
 FORBIDDEN_TEMPLATE_FIELDS = ("answer", "tests")
 

@@ -1,0 +1,101 @@
+"""`rlvr train`: GRPO-family RL on a config (no arguments: the embedded default).
+
+    rlvr train [--config FILE.yaml] [key=value ...] [--output-dir DIR] [--overwrite]
+               [--resume [RUN_DIR]] [--allow-config-change] [--quiet] [--debug]
+
+Everything that can be checked without loading weights (config, verifier, loggers, run
+directory, model path) is checked before the model loads. Under torchrun every rank runs
+`cmd_train`; rank 0 picks and checks the run directory. The loop itself is rlvr.training.grpo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlvr.commands import add_run_arguments, config_listing, resume_dir, standalone_main
+from rlvr.commands.run_dir import check_resumable, check_run_dir, create_run_dir
+from rlvr.config import Config
+from rlvr.errors import UserError
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "train",
+        help="train a policy with GRPO-family RL (no arguments: the embedded default)",
+        description="Train a policy with GRPO-family RL. With no arguments it runs the embedded "
+        "default: a tiny base model learns to reason on multi-digit addition.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=config_listing(Config),
+    )
+    add_run_arguments(
+        parser, prefix="train", example="rollout.group_size=8 optimizer.lr=1e-5", resume=True
+    )
+    parser.set_defaults(func=cmd_train)
+    return parser
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rlvr.config import config_warnings, load_config
+    from rlvr.models.loading import resolve_model_path
+    from rlvr.observe.loggers import check_available
+    from rlvr.rewards.compose import build_verifier
+
+    cfg = load_config(args.config, args.overrides)
+    # Everything that can be checked without loading weights is checked before the run starts.
+    build_verifier(cfg.reward.verifier)
+    check_available(cfg.logging.report_to)
+    from rlvr.distributed.world import init_world
+
+    # Under torchrun every rank runs this; rank 0 picks and checks the run directory.
+    world = init_world(cfg.distributed.backend)
+    if world.is_main and not args.quiet:
+        for line in config_warnings(cfg):  # options the rest of the config makes ineffective
+            print(f"rlvr: warning: {line}", file=sys.stderr)
+    checked: tuple[Path | None, str | None] = (None, None)
+    if world.is_main:
+        try:
+            resuming = resume_dir(args)
+            if args.resume is not None:
+                path = check_resumable(resuming, cfg, allow_change=args.allow_config_change)
+            else:
+                path = check_run_dir(args.output_dir, args.overwrite)
+            checked = (path, None)
+        except UserError as e:
+            checked = (None, str(e))
+    run_dir, error = world.broadcast_object(checked)
+    if error is not None:
+        raise UserError(error)
+    resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
+
+    from rlvr.training.grpo import GRPOTrainer
+
+    log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    resume = args.resume is not None
+    trainer = GRPOTrainer(
+        cfg, run_dir, progress=not args.quiet, log=log, resume=resume, world=world
+    )
+    # Created only once the model has loaded: a failed start leaves nothing behind.
+    if not resume and world.is_main:
+        create_run_dir(run_dir)
+    world.barrier()
+    from rlvr.training.run import TrainingInterrupted
+
+    try:
+        summary = trainer.train()
+    except TrainingInterrupted as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        return 128 + e.signum
+    log(f"run directory: {run_dir}  ({summary['steps']} steps, {summary['wall_seconds']:.0f} s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (`python -m rlvr.commands.train`), with the CLI's error handling."""
+    return standalone_main("train", add_parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
