@@ -80,3 +80,25 @@ def test_a_model_dir_without_config_json_is_rejected(tmp_path):
     )
     assert proc.returncode == 2
     assert "has no config.json" in proc.stderr
+
+
+def test_train_says_once_per_option_what_the_rest_of_the_config_makes_ineffective(tmp_path):
+    proc = run_cli(
+        "train",
+        "--output-dir",
+        str(tmp_path / "r"),
+        "training.steps=0",
+        "eval.size=0",
+        "algorithm.advantage=rloo",
+        "algorithm.std=sample",
+        "algorithm.tis_cap=3.0",
+    )
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("rlvr: warning:")]
+    assert len(warnings) == 2, proc.stderr
+    assert any("algorithm.std=sample" in w and "rloo" in w for w in warnings)
+    assert any("algorithm.tis_cap" in w and "off_policy_steps" in w for w in warnings)
+    default = run_cli(
+        "train", "--output-dir", str(tmp_path / "d"), "training.steps=0", "eval.size=0"
+    )
+    assert "warning" not in default.stderr

@@ -23,8 +23,11 @@ Log = Callable[[str], None]
 
 
 def run_grpo(cfg: Any, run_dir: Path, log: Log, progress: bool, resume: bool) -> dict:
+    from rlvr.config import config_warnings
     from rlvr.training.grpo import GRPOTrainer
 
+    for line in config_warnings(cfg):  # as `rlvr train` says them
+        log(f"warning: {line}")
     summary = GRPOTrainer(cfg, run_dir, progress=progress, log=log, resume=resume).train()
     return {k: summary[k] for k in ("steps", "wall_seconds") if k in summary}
 
