@@ -1,9 +1,10 @@
 """Prove a refactor computes what the code before it computed: the same runs, bit for bit.
 
-    python scripts/compare_runs.py --base REV [--scenario NAME ...] [--keep DIR]
+    python scripts/compare_runs.py --base REV [--head REV] [--scenario NAME ...] [--keep DIR]
 
 Checks out REV into a temporary git worktree, runs each scenario once with REV's source and once
-with this checkout's (`PYTHONPATH=<tree>/src`, one thread, `checkpoint.deterministic=true`), and
+with this checkout's, or --head REV's (`PYTHONPATH=<tree>/src`, one thread,
+`checkpoint.deterministic=true`), and
 compares the SHA-256 of `metrics.jsonl` (the file, and its rows without wall-clock keys) and of
 the final weights (`final/model.safetensors`). Prints one JSON line per scenario and exits 1
 when what a pair computed differs (rows or weights). Hashes depend on the CPU's
@@ -126,24 +127,30 @@ def run(src: Path, name: str, out: Path) -> dict[str, str | None]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="git revision of the code before")
+    parser.add_argument("--head", help="git revision of the code after (default: this checkout)")
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     parser.add_argument("--keep", help="keep the run directories under this folder")
     args = parser.parse_args()
     names = args.scenario or list(SCENARIOS)
     root = Path(args.keep or tempfile.mkdtemp(prefix="compare-runs-"))
     root.mkdir(parents=True, exist_ok=True)
-    base_tree = root / "base-tree"
-    if not base_tree.exists():
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base_tree), args.base],
-            check=True,
-            capture_output=True,
-        )
+    trees = {"base": (root / "base-tree", args.base)}
+    if args.head:
+        trees["head"] = (root / "head-tree", args.head)
+    for tree, rev in trees.values():
+        if not tree.exists():
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
+                check=True,
+                capture_output=True,
+            )
+    base_tree = trees["base"][0]
+    head_tree = trees["head"][0] if args.head else ROOT
     failed = False
     try:
         for name in names:
             result = {"scenario": name}
-            for side, src in (("base", base_tree / "src"), ("head", ROOT / "src")):
+            for side, src in (("base", base_tree / "src"), ("head", head_tree / "src")):
                 out = root / f"{name}-{side}"
                 subprocess.run(["rm", "-rf", str(out)], check=True)
                 result[side] = run(src, name, out)
@@ -153,9 +160,9 @@ def main() -> int:
             failed |= not result["identical"]
             print(json.dumps(result), flush=True)
     finally:
-        if not args.keep:
+        for tree, _ in trees.values() if not args.keep else ():
             subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                 capture_output=True,
             )
     return 1 if failed else 0
