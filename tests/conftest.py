@@ -58,6 +58,39 @@ def build_tiny_llama(
     return model.eval()
 
 
+def build_head32_llama(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
+    """A random 2-layer Llama, hidden 64, 2 query heads of 32 sharing one K/V head, tied
+    embeddings: the smallest shape vLLM's CPU attention kernels run (head size >= 32)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=256,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config).to(torch.float32)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = None
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def make_head32_llama(
+    _session_char_tokenizer: PreTrainedTokenizerFast,
+) -> Callable[[int], LlamaForCausalLM]:
+    """Factory of `build_head32_llama` models over the char tokenizer: `make(seed)`."""
+    return lambda seed=0: build_head32_llama(_session_char_tokenizer, seed)
+
+
 @pytest.fixture(scope="session")
 def _session_char_tokenizer() -> PreTrainedTokenizerFast:
     return build_char_tokenizer()

@@ -250,9 +250,12 @@ def test_the_default_config_gives_no_warning():
         (["algorithm.kl_cov_coef=0.5"], "(read by kl_cov)"),
         (
             ["algorithm.tis_cap=3"],
-            "algorithm.tis_cap=3.0 has no effect: it caps the importance weights of off-policy "
-            "rollouts and rollout.off_policy_steps=0",
+            "algorithm.tis_cap=3.0 has no effect: it corrects for a sampler other than the "
+            "learner and the sampler is the learner itself",
         ),
+        (["algorithm.mis_cap=2"], "algorithm.mis_cap=2.0 has no effect: it corrects for"),
+        (["rollout.max_logprob_drift=0.5"], "rollout.engine=fast samples with the learner's"),
+        (["rollout.vllm_kv_cache_gb=4"], "rollout.vllm_kv_cache_gb=4.0 has no effect"),
         (["algorithm.max_sampling_rounds=5"], "algorithm.dynamic_sampling is false"),
         (["algorithm.kl_estimator=k1"], "algorithm.kl_estimator=k1 has no effect: algorithm.kl_c"),
         (["eval.budgets=[64, 128]"], "eval.budgets=[64, 128] has no effect: the budget accu"),
@@ -299,6 +302,8 @@ def test_an_option_without_effect_is_named_once_with_its_value_and_reason(overri
         ["algorithm.policy_loss=clip_cov", "algorithm.clip_ratio_high=0.28"],
         ["algorithm.policy_loss=cispo", "algorithm.cispo_clip_high=2"],
         ["algorithm.tis_cap=3", "rollout.off_policy_steps=1"],
+        ["algorithm.tis_cap=3", "algorithm.mis_cap=2", "rollout.engine=vllm"],
+        ["rollout.max_logprob_drift=0.5", "rollout.vllm_kv_cache_gb=4", "rollout.engine=vllm"],
         ["algorithm.max_sampling_rounds=5", "algorithm.dynamic_sampling=true"],
         ["algorithm.kl_estimator=k1", "algorithm.kl_coef=0.01"],
         ["eval.budgets=[64]", "eval.k=4"],

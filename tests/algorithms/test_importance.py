@@ -43,3 +43,31 @@ def test_no_gradient_flows_through_the_weight():
     weight, stats = truncated_importance_weight(old, sampler, torch.ones(1, 2), 2.0)
     assert not weight.requires_grad
     assert not any(v.requires_grad for v in stats.values())
+
+
+def test_masked_sequence_importance_keeps_sequences_whose_whole_ratio_is_inside_the_band():
+    from rlvr.algorithms import masked_sequence_importance
+
+    # log-ratios per token; sequence sums 0.3, -0.9, 1.5 (two tokens), and a row with no tokens
+    old = torch.tensor([[0.1, 0.2, 9.0], [-0.4, -0.5, 0.0], [1.0, 0.5, 0.0], [5.0, 5.0, 5.0]])
+    sampler = torch.zeros(4, 3)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]])  # padding never counts
+    keep, stats = masked_sequence_importance(old, sampler, mask, cap=2.0)  # log 2 = 0.693
+    assert keep.tolist() == [True, False, False, True]  # an empty row has nothing to drop
+    assert float(stats["mis_masked_fraction"]) == pytest.approx(2 / 3)
+    assert float(stats["mis_log_ratio_mean"]) == pytest.approx((0.3 + 0.9 + 1.5) / 3)
+    keep, _ = masked_sequence_importance(old, sampler, mask, cap=5.0)  # log 5 = 1.609
+    assert keep.tolist() == [True, True, True, True]
+    with pytest.raises(ValueError, match="cap > 1"):
+        masked_sequence_importance(old, sampler, mask, cap=1.0)
+
+
+def test_sampler_drift_is_the_mean_and_max_gap_over_completion_tokens():
+    from rlvr.algorithms import sampler_drift
+
+    learner = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, 0.0]])
+    sampler = torch.tensor([[-1.1, -2.0, -9.0], [-0.2, -0.5, 7.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    drift = sampler_drift(learner, sampler, mask)
+    assert float(drift["rollout_logprob_drift_mean"]) == pytest.approx((0.1 + 0 + 0.3 + 0) / 4)
+    assert float(drift["rollout_logprob_drift_max"]) == pytest.approx(0.3)

@@ -148,7 +148,7 @@ def test_a_rollout_worker_synced_with_the_learner_samples_what_the_learner_does(
     overrides = [*TINY, "model.lora_rank=4"] if lora else TINY
     cfg = load_config(None, overrides)
     learner = GRPOTrainer(cfg, tmp_path, progress=False, log=lambda _m: None)
-    worker = RolloutWorker(cfg.model, cfg.rollout.engine, cfg.rollout.max_batch_size)
+    worker = RolloutWorker(cfg.model, cfg.rollout)
     with torch.no_grad():  # as if trained: every trainable tensor moves
         gen = torch.Generator().manual_seed(7)
         for p in learner.model.parameters():
@@ -172,7 +172,7 @@ def test_a_rollout_worker_synced_with_the_learner_samples_what_the_learner_does(
     assert torch.equal(got.generator_state, learner.sample_gen.get_state())
     stale = worker.generate([None], 1, prompts[1:], 4, learner.sampling, state, 4)
     assert stale.batch.completion_text == got.batch.completion_text  # same version: no reload
-    unsynced = RolloutWorker(cfg.model, cfg.rollout.engine, cfg.rollout.max_batch_size)
+    unsynced = RolloutWorker(cfg.model, cfg.rollout)
     unsynced.version = 1  # never loads: the weights as loaded, before the change
     before = unsynced.generate([None], 1, prompts[1:], 4, learner.sampling, state, 4)
     assert any(

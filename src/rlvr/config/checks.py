@@ -169,11 +169,29 @@ def config_warnings(cfg: Config) -> list[str]:
         unused("algorithm.kl_estimator", "algorithm.kl_coef=0 computes no KL term")
     if not alg.dynamic_sampling:
         unused("algorithm.max_sampling_rounds", "algorithm.dynamic_sampling is false")
-    if cfg.rollout.off_policy_steps == 0:
-        unused(
-            "algorithm.tis_cap",
-            "it caps the importance weights of off-policy rollouts and rollout.off_policy_steps=0",
+    exact_sampler = cfg.rollout.engine != "vllm"  # fast and hf compute the learner's log-probs
+    if cfg.rollout.off_policy_steps == 0 and exact_sampler:
+        why = (
+            "the sampler is the learner itself (rollout.off_policy_steps=0, "
+            f"rollout.engine={cfg.rollout.engine})"
         )
+        for name in ("tis_cap", "mis_cap"):
+            unused(
+                f"algorithm.{name}", f"it corrects for a sampler other than the learner and {why}"
+            )
+    if exact_sampler:
+        unused(
+            "rollout.max_logprob_drift",
+            f"rollout.engine={cfg.rollout.engine} samples with the learner's own log-probs",
+        )
+    if cfg.rollout.engine != "vllm":
+        for name in (
+            "vllm_kv_cache_gb",
+            "vllm_gpu_memory_utilization",
+            "vllm_max_model_len",
+            "vllm_sleep",
+        ):
+            unused(f"rollout.{name}", f"rollout.engine={cfg.rollout.engine}")
     if cfg.rollout.temperature == 0:
         for name in ("top_p", "top_k"):
             unused(f"rollout.{name}", "rollout.temperature=0 decodes greedily")

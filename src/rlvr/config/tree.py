@@ -159,8 +159,9 @@ class RolloutConfig:
     engine: str = _f(
         "fast",
         "generation engine: fast (static KV cache, prefix sharing, continuous batching; Llama, "
-        "Mistral, Qwen2, else it falls back to hf) or hf (the reference loop); docs/rollout.md",
-        choices=["hf", "fast"],
+        "Mistral, Qwen2, else it falls back to hf), hf (the reference loop) or vllm (an "
+        "in-process vLLM engine, the 'vllm' extra; docs/guides/vllm.md); docs/rollout.md",
+        choices=["hf", "fast", "vllm"],
     )
     prompts_per_step: int = _f(16, "prompts drawn per step", ge=1)
     group_size: int = _f(8, "completions per prompt (G)", ge=1)
@@ -176,6 +177,26 @@ class RolloutConfig:
         "stale, corrected by truncated importance sampling; docs/distributed.md)",
         ge=0,
         le=1,
+    )
+    max_logprob_drift: float = _f(
+        0.1,
+        "when the sampler is not the learner's own code (rollout.engine=vllm): a mean "
+        "|log pi_learner - log pi_sampler| per token above this, on a batch drawn right after "
+        "a weight sync, stops the run (the weights are probably not synced); 0 = off",
+        ge=0.0,
+    )
+    vllm_kv_cache_gb: float = _f(1.0, "vllm on a CPU: KV cache size, GiB", gt=0.0)
+    vllm_gpu_memory_utilization: float = _f(
+        0.3,
+        "vllm on CUDA: share of the GPU it may take, colocated with the learner",
+        gt=0.0,
+        le=1.0,
+    )
+    vllm_max_model_len: int = _f(
+        0, "vllm: longest prompt + completion, tokens (0 = the model's context length)", ge=0
+    )
+    vllm_sleep: bool = _f(
+        True, "vllm on CUDA: free its KV cache while the learner updates (sleep mode)"
     )
 
 
@@ -246,8 +267,15 @@ class AlgorithmConfig:
         2.0,
         "truncated importance sampling: each token's loss is weighted by min(pi_old / "
         "pi_sampler, tis_cap) when the sampler's policy differs from the learner's "
-        "(rollout.off_policy_steps=1)",
+        "(rollout.off_policy_steps=1, rollout.engine=vllm)",
         gt=0.0,
+    )
+    mis_cap: float = _f(
+        0.0,
+        "masked importance sampling: drop (mask out of the loss) a sequence whose ratio "
+        "prod_t pi_old / pi_sampler leaves [1/mis_cap, mis_cap], when the sampler's policy "
+        "differs from the learner's; 0 = off",
+        ge=0.0,
     )
 
 

@@ -67,7 +67,7 @@ from typing import Any
 
 import torch
 
-from rlvr.config import Config, ModelConfig
+from rlvr.config import Config, ModelConfig, RolloutConfig
 from rlvr.distributed.world import World, launched_world_size
 from rlvr.errors import ConfigError, UserError
 from rlvr.rewards.scoring import Scorer
@@ -172,8 +172,9 @@ class RolloutWorker:
     """A copy of the policy and a rollout engine (run as a Ray actor). Stateless with respect
     to the run: the weights, their version and the sampler state come with every call."""
 
-    def __init__(self, model_cfg: ModelConfig, engine: str, max_batch_size: int) -> None:
+    def __init__(self, model_cfg: ModelConfig, rollout_cfg: RolloutConfig) -> None:
         from rlvr.models.loading import load_model, load_tokenizer, resolve_device, resolve_dtype
+        from rlvr.rollout.engines import engine_options
 
         device = resolve_device(model_cfg.device)
         dtype = resolve_dtype(model_cfg.dtype, device)
@@ -189,7 +190,9 @@ class RolloutWorker:
             model.requires_grad_(False)
             model.eval()
         self.model = model
-        self.engine = build_engine(engine, model, tokenizer, max_batch_size=max_batch_size)
+        self.engine = build_engine(
+            rollout_cfg.engine, model, tokenizer, **engine_options(rollout_cfg)
+        )
         self.version: int | None = None
         self.incarnation = _incarnation()
 
@@ -236,6 +239,7 @@ class RolloutWorker:
             raise RuntimeError(
                 f"ray rollout worker: unknown adapter tensor {result.unexpected_keys[0]!r}"
             )
+        self.engine.sync(self.model)  # vllm: the merged weights; fast, hf: read the modules
 
 
 class RewardWorker:
@@ -330,8 +334,7 @@ class RayRollouts:
         rollout_cls = self.ray.remote(num_gpus=d.gpus_per_rollout_worker, **common)(RolloutWorker)
         reward_cls = self.ray.remote(**common)(RewardWorker)
         self.rollout_actors = [
-            rollout_cls.remote(cfg.model, cfg.rollout.engine, cfg.rollout.max_batch_size)
-            for _ in range(d.rollout_workers)
+            rollout_cls.remote(cfg.model, cfg.rollout) for _ in range(d.rollout_workers)
         ]
         self.reward_actors = [
             reward_cls.remote(cfg.reward.verifier, cfg.reward.workers, cfg.reward.timeout_s)

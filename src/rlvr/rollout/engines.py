@@ -2,20 +2,49 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rlvr.errors import ConfigError
 from rlvr.rollout.fast_engine import FastEngine
 from rlvr.rollout.hf_engine import HFEngine
 
-ENGINES: dict[str, type] = {"hf": HFEngine, "fast": FastEngine}
+
+def _vllm_engine() -> type:
+    from rlvr.rollout.vllm_engine import VLLMEngine  # vLLM itself loads when one is built
+
+    return VLLMEngine
 
 
-def build_engine(name: str, model: torch.nn.Module, tokenizer, **options) -> HFEngine | FastEngine:
-    """The engine called `name` over `model` (options: the engines' keyword arguments, e.g.
-    max_batch_size). Unknown names raise a one-line ConfigError listing the known ones."""
+# name -> the engine class, or a function returning it (engines with optional dependencies)
+ENGINES: dict[str, Any] = {"hf": HFEngine, "fast": FastEngine, "vllm": _vllm_engine}
+
+
+def engine_class(name: str) -> type:
     if name not in ENGINES:
         raise ConfigError(
             f"rollout.engine: unknown engine {name!r}; expected one of {sorted(ENGINES)}"
         )
-    return ENGINES[name](model, tokenizer, **options)
+    entry = ENGINES[name]
+    return entry if isinstance(entry, type) else entry()
+
+
+def engine_options(rollout: Any) -> dict[str, Any]:
+    """The keyword arguments of the engine `rollout.engine` names, from the rollout section of
+    a config."""
+    options: dict[str, Any] = {"max_batch_size": rollout.max_batch_size}
+    if rollout.engine == "vllm":
+        options.update(
+            kv_cache_gb=rollout.vllm_kv_cache_gb,
+            gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
+            max_model_len=rollout.vllm_max_model_len or None,
+            sleep=rollout.vllm_sleep,
+        )
+    return options
+
+
+def build_engine(name: str, model: torch.nn.Module, tokenizer, **options) -> Any:
+    """The engine called `name` over `model` (options: the engines' keyword arguments, e.g.
+    max_batch_size). Unknown names raise a one-line ConfigError listing the known ones."""
+    return engine_class(name)(model, tokenizer, **options)

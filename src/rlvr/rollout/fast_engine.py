@@ -134,6 +134,13 @@ class FastEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    exact_logprobs = True  # the model's own weights through the same math, to fp32 rounding
+
+    def sync(self, model: torch.nn.Module) -> None:
+        """Generate with `model`'s current weights (see HFEngine.sync); kept copies follow their
+        source weights' version counters."""
+        self._hf.sync(model)
+
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Copy `state_dict` into the engine's model (nothing when it is the model's own)."""
         self._hf.load_weights(state_dict)

@@ -46,6 +46,10 @@ class HFEngine:
     pad_token_id: fed for left padding and to finished rows; default tokenizer pad, else EOS.
     """
 
+    exact_logprobs = (
+        True  # the trainer's own modules and arithmetic: its log-probs to fp32 rounding
+    )
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -85,6 +89,12 @@ class HFEngine:
         if all(k in own and own[k].data_ptr() == v.data_ptr() for k, v in state_dict.items()):
             return
         self.model.load_state_dict(state_dict)
+
+    def sync(self, model: torch.nn.Module) -> None:
+        """Generate with `model`'s current weights: nothing to do when it is the engine's own
+        model (the engine reads its modules), else its state is copied in."""
+        if model is not self.model:
+            self.load_weights(model.state_dict())
 
     def release_weights(self) -> None:
         """Nothing to free: this engine multiplies by the model's own weights (the fast engine

@@ -40,13 +40,9 @@ def save_model(model: Any, tokenizer: Any, path: Path) -> None:
 
 
 def _write_model(model: Any, tokenizer: Any, directory: Path) -> None:
-    from rlvr.models.lora import is_lora, mergeable_copy
+    from rlvr.models.saving import write_pretrained
 
-    if is_lora(model):
-        model.save_pretrained(directory / "adapter", safe_serialization=True)
-        model = mergeable_copy(model)
-    _plain(model).save_pretrained(directory, safe_serialization=True)
-    tokenizer.save_pretrained(directory)
+    write_pretrained(model, tokenizer, directory)
 
 
 def _fsync_tree(directory: Path) -> None:
@@ -72,24 +68,6 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def _plain(model: Any) -> Any:
-    """`model`, or a same-config copy of it when it was loaded from GGUF (not saveable)."""
-    if not getattr(model, "_rlvr_from_gguf", False):
-        return model
-    import copy
-
-    from transformers import AutoModelForCausalLM
-
-    # The GGUF loader leaves its quantization_config behind: saved with it, the fp32 copy would
-    # reload as "quantized" (and peers such as TRL refuse to fine-tune it).
-    config = copy.deepcopy(model.config)
-    config.__dict__.pop("quantization_config", None)
-    fresh = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
-    fresh.load_state_dict(model.state_dict())
-    fresh.generation_config = model.generation_config
-    return fresh
 
 
 # --- resumable training checkpoints -------------------------------------------------------------

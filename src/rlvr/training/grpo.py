@@ -31,6 +31,7 @@ from rlvr.observe.diagnostics import diagnose
 from rlvr.observe.metrics import memory_metrics
 from rlvr.rewards.compose import build_verifier
 from rlvr.rollout import SamplingParams, build_engine
+from rlvr.rollout.engines import engine_options
 from rlvr.training.allocator import keep_freed_memory
 from rlvr.training.checkpoint import save_model
 from rlvr.training.collect import ScoredRollouts, collect
@@ -95,8 +96,12 @@ class GRPOTrainer:
         self.encode = self.policy.encode
         r = cfg.rollout
         self.engine = build_engine(
-            r.engine, self.policy.rollout_model, self.tokenizer, max_batch_size=r.max_batch_size
+            r.engine, self.policy.rollout_model, self.tokenizer, **engine_options(r)
         )
+        # An engine with other kernels than the learner's (vLLM), or a stale one (off-policy):
+        # the update corrects for the sampler, and checks a fresh one agrees with the learner.
+        self.correct_sampler = bool(r.off_policy_steps) or not self.engine.exact_logprobs
+        self.drift_limit = 0.0 if self.engine.exact_logprobs else r.max_logprob_drift
         self.sampling = SamplingParams(
             temperature=r.temperature,
             top_p=r.top_p,
@@ -122,7 +127,7 @@ class GRPOTrainer:
         self.data_report = self._filter_long_prompts()
         # off-policy: the engine's weights are a stale snapshot; evaluation sees the current ones
         eval_engine = (
-            build_engine(r.engine, self.model, self.tokenizer, max_batch_size=r.max_batch_size)
+            build_engine(r.engine, self.model, self.tokenizer, **engine_options(r))
             if r.off_policy_steps
             else self.engine  # with FSDP the replica is synced before every evaluation
         )
@@ -262,12 +267,18 @@ class GRPOTrainer:
         """Before the weights a batch is drawn from are fixed: the rollout replica and the
         source (Ray actors) take the learner's current weights."""
         self.policy.sync_rollout_weights()
-        self.source.sync(self.model)
+        self.source.sync(self.policy.rollout_model)
 
     def update(self, scored: ScoredRollouts) -> tuple[dict[str, float], torch.Tensor]:
         """Optimise on one scored batch; returns the step's stats and the advantages used."""
-        off_policy = self.cfg.rollout.off_policy_steps > 0
-        return update(self.cfg, self.learner, scored, self.shuffle_gen, off_policy=off_policy)
+        return update(
+            self.cfg,
+            self.learner,
+            scored,
+            self.shuffle_gen,
+            correct_sampler=self.correct_sampler,
+            drift_limit=self.drift_limit,
+        )
 
     def rollout_metrics(self, scored: ScoredRollouts) -> dict[str, float]:
         dynamic = self.cfg.rollout.prompts_per_step if self.cfg.algorithm.dynamic_sampling else 0

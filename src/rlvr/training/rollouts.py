@@ -143,7 +143,9 @@ class LocalRollouts:
                 )
 
     def sync(self, model: torch.nn.Module) -> None:
-        """The engine runs over the policy's (or its rollout copy's) own modules: nothing to do."""
+        """The engine takes `model`'s current weights: nothing to do for `fast` and `hf`, which
+        read the modules of the model they were built over; a reload for `vllm`."""
+        self.engine.sync(model)
 
     def metrics(self) -> dict[str, float]:
         return {}

@@ -76,7 +76,7 @@ class SamplingConfig:
     top_k: int = _f(0, "top-k sampling (0 = off)", ge=0)
     max_new_tokens: int = _f(64, "completion length limit, tokens", ge=1)
     max_batch_size: int = _f(256, "rows (prompt x completion) decoded together", ge=1)
-    engine: str = _f("fast", "generation engine (docs/rollout.md)", choices=["hf", "fast"])
+    engine: str = _f("fast", "generation engine (docs/rollout.md)", choices=["hf", "fast", "vllm"])
     seed: int = _f(0, "seed of the prompt draw (train split) and of sampling")
 
 

@@ -29,10 +29,13 @@ from rlvr.algorithms import (
     kl_in_reward,
     kl_penalty,
     masked_mean,
+    masked_sequence_importance,
+    sampler_drift,
     truncated_importance_weight,
 )
 from rlvr.algorithms.names import ADVANTAGE_ESTIMATOR_SPECS, POLICY_LOSS_SPECS
 from rlvr.config import Config
+from rlvr.errors import UserError
 from rlvr.training.learner import Learner
 from rlvr.training.logprobs import make_token_batch
 
@@ -94,15 +97,39 @@ def advantages_of(cfg: Config, rewards: torch.Tensor, group_ids: torch.Tensor) -
     return estimator(rewards, group_ids, **options(alg, spec.options))
 
 
+class SamplerDriftError(UserError):
+    """The sampler's log-probs are far from the learner's on a batch drawn right after a sync."""
+
+
+def check_drift(drift_mean: float, limit: float, staleness: int) -> None:
+    """Stop when a freshly synced sampler disagrees with the learner beyond `limit` (mean nats
+    per token): the weights it sampled with are probably not the learner's."""
+    if limit and staleness == 0 and drift_mean > limit:
+        raise SamplerDriftError(
+            f"rollout_logprob_drift_mean {drift_mean:.3g} > rollout.max_logprob_drift {limit:g} "
+            "on a batch drawn right after a weight sync: the sampler's weights are probably not "
+            "the learner's (a missing or failed sync); raise rollout.max_logprob_drift only if "
+            "the sampler runs in lower precision"
+        )
+
+
 def update(
     cfg: Config,
     learner: Learner,
     scored: Any,
     shuffle_gen: torch.Generator,
     *,
-    off_policy: bool,
+    correct_sampler: bool,
+    drift_limit: float = 0.0,
 ) -> tuple[dict[str, float], torch.Tensor]:
-    """Optimise on one scored batch; returns the step's statistics and the advantages used."""
+    """Optimise on one scored batch; returns the step's statistics and the advantages used.
+
+    correct_sampler: the batch's sampling log-probs may differ from the learner's (one-step
+    off-policy rollouts, an inference engine with other kernels): the learner's own old
+    log-probs are computed, the drift logged and checked, each token's loss weighted by the
+    truncated importance ratio and, with algorithm.mis_cap, far-off sequences masked out.
+    drift_limit: the most mean drift a batch drawn right after a sync may show (0 = unchecked:
+    an engine that computes the learner's own log-probs drifts only by staleness)."""
     alg, world, device = cfg.algorithm, learner.world, learner.policy.device
     batch = scored.batch
     pad_id = learner.policy.tokenizer.pad_token_id
@@ -116,12 +143,21 @@ def update(
 
     learner.forward.check(learner.policy.whole, tokens)
     t0 = time.perf_counter()
-    need_old = updates_per_step > 1 or alg.kl_in_reward or off_policy
+    need_old = updates_per_step > 1 or alg.kl_in_reward or correct_sampler
     old_lp = learner.logprobs(learner.model, tokens) if need_old else None
-    # the sampler's own log-probs, for the truncated importance weights of off-policy rows
-    sampler_lp = _padded(batch.logprobs, mask.shape) if off_policy else None
+    # the sampler's own log-probs, for the importance weights of rows another policy sampled
+    sampler_lp = _padded(batch.logprobs, mask.shape) if correct_sampler else None
     ref_lp = learner.reference_logprobs(tokens) if learner.policy.use_reference else None
     time_logprobs = time.perf_counter() - t0
+    sampler_stats: dict[str, float] = {}
+    if sampler_lp is not None:
+        drift = sampler_drift(old_lp, sampler_lp, mask)
+        sampler_stats = {k: float(v) for k, v in drift.items()}
+        check_drift(sampler_stats["rollout_logprob_drift_mean"], drift_limit, scored.staleness)
+        if alg.mis_cap:
+            keep, mis = masked_sequence_importance(old_lp, sampler_lp, mask, alg.mis_cap)
+            mask[~keep] = 0.0  # dropped sequences give no gradient; they still count in B
+            sampler_stats.update({k: float(v) for k, v in mis.items()})
 
     rewards = scored.rewards
     if ref_lp is not None and alg.kl_in_reward:
@@ -224,6 +260,7 @@ def update(
     stats["loss"] = sum(losses) / max(1, len(losses))
     stats["lr"] = learner.scheduler.get_last_lr()[0]
     stats["advantage_abs_mean"] = float(advantages.abs().mean())
+    stats.update(sampler_stats)
     stats["time_logprobs_s"] = time_logprobs
     stats["time_update_s"] = time_update
     stats["tokens_per_s_train"] = (

@@ -83,6 +83,7 @@ class BuildConfig:
     intermediate_size: int = 512
     num_layers: int = 2
     num_heads: int = 8
+    head_dim: int = 0  # 0 = hidden_size // num_heads
     max_position_embeddings: int = 128
     # optimisation
     batch_size: int = 64
@@ -126,6 +127,7 @@ def build_model(cfg: BuildConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaFo
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
+        head_dim=cfg.head_dim or cfg.hidden_size // cfg.num_heads,
         max_position_embeddings=cfg.max_position_embeddings,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
