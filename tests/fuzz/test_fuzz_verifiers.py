@@ -466,7 +466,18 @@ def test_regex_scores_any_completion(completion: str, pattern: Any) -> None:
 
 # --- code (each case runs a sandboxed program: a few dozen only) ------------------------------
 
+# HumanEval and MBPP rows, well-formed and not (a malformed one is a one-line DataError).
+ASSERT_STYLE = [
+    {"prompt": "def f(x):\n", "entry_point": "f", "test": "def check(c):\n    assert c(1) == 1\n"},
+    {"prompt": "", "entry_point": "f", "test": "def check(c):\n    assert c(1) is None\n"},
+    {"test_list": ["assert f(1) == 1", "assert f('a') == 'a'"], "test_setup_code": "import os"},
+    {"prompt": "def f(x):\n", "entry_point": "f", "test": "assert True"},
+    {"test_list": ["assert f(1) =="]},
+    {"test_list": []},
+]
 PROGRAMS = [
+    "def f(x):\n    return x",
+    "    return x",
     "print(input())",
     "print(1)",
     "import sys; print(sys.stdin.read().upper())",
@@ -497,10 +508,12 @@ PROGRAMS = [
             max_size=3,
         ),
         st.sampled_from([[], "x", [1], [{"input": 1, "output": "1"}], [{"args": 1}]]),
+        st.sampled_from(ASSERT_STYLE),
     ),
 )
 def test_code_scores_any_completion(program: str, fence: str, tests: Any) -> None:
-    score("code", fence % program, {"tests": tests}, MATH_BOUND_S)
+    sample = tests if isinstance(tests, dict) else {"tests": tests}
+    score("code", fence % program, sample, MATH_BOUND_S)
 
 
 # --- fixed bugs: the fuzz's minimal reproducers, kept as regression tests ---------------------

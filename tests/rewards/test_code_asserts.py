@@ -227,3 +227,20 @@ def test_malformed_rows_are_one_line_data_errors_naming_the_field(sample, messag
         CodeVerifier().score(fenced("pass"), sample)
     text = str(info.value)
     assert message in text and "\n" not in text and "sample" in text
+
+
+def test_a_test_list_stored_as_a_json_string_is_read(verifier):
+    import json
+
+    sample = {**MBPP, "test_list": json.dumps(MBPP["test_list"])}
+    assert verifier(fenced(MBPP_SOLUTION), sample) == 1.0
+
+
+def test_assert_style_tests_also_run_unsandboxed_when_allowed(monkeypatch, capsys):
+    from rlvr.rewards import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "find_bwrap", lambda: None)
+    v = CodeVerifier(allow_unsandboxed=True, timeout_s=2.0)
+    assert v(fenced("    return [2 * x for x in xs]"), HUMANEVAL) == 1.0
+    assert v(fenced("    return xs"), HUMANEVAL) == 0.0
+    assert "WITHOUT isolation" in capsys.readouterr().err

@@ -20,11 +20,13 @@ Sample format (JSON-lines rows):
 - MBPP rows: {"test_list": ["assert f(1) == 2", ...], "test_setup_code": str (optional)}
   (the last two run as rewards/code_asserts.py says: the test in a process of its own).
 
-Judging happens here, in the parent, never in the sandbox. Outputs compare line by line with
-trailing whitespace and trailing blank lines ignored and the line count significant. Function
-results are json.dumps'd inside the sandbox and compared here as parsed JSON values (bool is not
-int, 1 == 1.0, no NaN), so a result object with a rigged `__eq__` cannot pass: it either fails to
-serialise or serialises to what it really is. Expected outputs never enter the sandbox.
+Judging happens here, in the parent, never in the sandbox (assert-style tests are code: they run in
+the sandbox's checker process, out of the program's reach; see code_asserts.py). Outputs compare
+line by line with trailing whitespace and trailing blank lines ignored and the line count
+significant. Function results are json.dumps'd inside the sandbox and compared here as parsed JSON
+values (bool is not int, 1 == 1.0, no NaN), so a result object with a rigged `__eq__` cannot pass:
+it either fails to serialise or serialises to what it really is. Expected outputs never enter the
+sandbox.
 """
 
 from __future__ import annotations

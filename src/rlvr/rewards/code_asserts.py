@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -101,6 +102,11 @@ def _humaneval(sample: Mapping[str, Any], where: str) -> AssertTests:
 
 def _mbpp(sample: Mapping[str, Any], where: str) -> AssertTests:
     asserts, setup = sample.get("test_list"), sample.get("test_setup_code") or ""
+    if isinstance(asserts, str) and asserts.lstrip().startswith("["):  # a CSV/Parquet cell
+        try:
+            asserts = json.loads(asserts)
+        except ValueError:
+            pass
     if not isinstance(asserts, list) or not asserts:
         raise DataError(f"{where}: 'test_list' must be a non-empty list of assert statements")
     if not isinstance(setup, str):
