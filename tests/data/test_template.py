@@ -51,3 +51,11 @@ def test_a_field_the_sample_lacks_is_a_data_error_naming_the_sample():
     task = build_task(DataConfig(prompt_template="{prompt} ({topic})"))
     with pytest.raises(DataError, match="has no field 'topic'"):
         task.heldout(1)
+
+
+@pytest.mark.parametrize("field", ["test", "test_list", "expected", "canonical_solution"])
+def test_templates_naming_a_verifiers_reference_are_refused(field):
+    from rlvr.data.template import check_template
+
+    with pytest.raises(ConfigError, match="reference"):
+        check_template("{prompt} {" + field + "}")

@@ -13,6 +13,7 @@ The bugs the fuzz found are fixed; each keeps a regression test with its minimal
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import signal
 import time
@@ -38,7 +39,8 @@ FUZZ = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-BINARY = frozenset(["exact_answer", "format", "countdown", "math", "code"])
+BINARY = frozenset(["exact_answer", "format", "countdown", "math", "code", "regex"])
+ISOLATED = ("math", "code", "json_schema", "regex")  # they time themselves out in a worker
 IN_PROCESS_BOUND_S = 5.0  # exact, format, language, countdown: ~1 s for 1 MB of text here
 MATH = get_verifier("math")
 MATH_BOUND_S = getattr(MATH, "timeout_s", 5.0) + 15.0  # its kill + respawn of the worker
@@ -69,7 +71,7 @@ def score(name: str, completion: str, sample: Mapping[str, Any], bound_s: float)
     verifier: Callable[[str, Mapping[str, Any]], float] = get_verifier(name)
     start = time.perf_counter()
     try:
-        if name in ("math", "code"):  # they time themselves out in a child process
+        if name in ISOLATED:
             reward = verifier(completion, sample)
         else:
             with hang_guard(2 * bound_s):
@@ -366,7 +368,9 @@ def test_math_pathological_answers_score_zero_within_the_timeout(answer: str) ->
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(
-    name=st.sampled_from(["exact_answer", "format", "language", "countdown", "math"]),
+    name=st.sampled_from(
+        ["exact_answer", "format", "language", "countdown", "math", "json_schema", "regex"]
+    ),
     piece=st.sampled_from(
         [
             "a",
@@ -390,12 +394,90 @@ def test_math_pathological_answers_score_zero_within_the_timeout(answer: str) ->
 def test_megabyte_completions_score_in_bounded_time(name: str, piece: str, size: int) -> None:
     completion = piece * (size // len(piece))
     sample = {"answer": "1", "numbers": [1, 2], "target": 3, "language": "en"}
-    score(name, completion, sample, MATH_BOUND_S if name == "math" else IN_PROCESS_BOUND_S)
+    sample.update(schema={"type": "object"}, pattern=r"\d+")
+    bound = MATH_BOUND_S if name in ISOLATED else IN_PROCESS_BOUND_S
+    score(name, completion, sample, bound)
+
+
+# --- json_schema and regex (each check is a call into their worker process) ------------------
+
+STRUCTURED_BOUND_S = 5.0 + 15.0  # json_schema's timeout, plus a kill and a respawn
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+SCHEMAS = [
+    {},
+    True,
+    False,
+    {"type": "object"},
+    {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}},
+    {"properties": {"s": {"type": "string", "pattern": "^[a-z]*$", "maxLength": 5}}},
+    {"properties": {"d": {"format": "date"}, "e": {"format": "email"}}},
+    {"additionalProperties": False, "properties": {"a": {"enum": [1, "1", None]}}},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"},
+    '{"type": "object"}',
+]
+MALFORMED_SCHEMAS = [None, [1], "{not json", {"type": 5}, {"$ref": "#/nowhere"}]
+
+
+@st.composite
+def json_schema_cases(draw: st.DrawFn) -> tuple[str, dict]:
+    sample: dict[str, Any] = {"schema": draw(st.sampled_from(SCHEMAS))}
+    if draw(st.booleans()):
+        sample["expected"] = draw(json_values)
+    if draw(st.integers(0, 19)) == 0:
+        sample["schema"] = draw(st.sampled_from(MALFORMED_SCHEMAS))
+    if draw(st.booleans()):
+        obj = draw(st.dictionaries(st.text(max_size=4), json_values, max_size=5))
+        text = draw(st.sampled_from(["%s", "```json\n%s\n```", "<think>x</think>%s", "a {b %s"]))
+        completion = text.replace("%s", json.dumps(obj, ensure_ascii=draw(st.booleans())))
+    else:
+        completion = draw(completions)
+    return completion, sample
+
+
+@FUZZ
+@given(case=json_schema_cases())
+def test_json_schema_scores_any_completion(case: tuple[str, dict]) -> None:
+    completion, sample = case
+    reward = score("json_schema", completion, sample, STRUCTURED_BOUND_S)
+    if any(sample["schema"] is bad for bad in MALFORMED_SCHEMAS) and reward is not None:
+        assert reward == 0.0  # a malformed schema may go unnoticed only if no object was found
+
+
+PATTERNS = [r"\d+", r"[0-9]{4}-[0-9]{2}", r"(?i)yes|no", r"(a|b)*c?", r"(?=.*\d).{3,}", r"", r".*"]
+MALFORMED_PATTERNS = ["(", "[a-", "*", None, 5]
+
+
+@FUZZ
+@given(
+    completion=st.one_of(completions, st.sampled_from(["123", "<answer>yes</answer>", "abab"])),
+    pattern=st.one_of(st.sampled_from(PATTERNS), st.sampled_from(MALFORMED_PATTERNS)),
+)
+def test_regex_scores_any_completion(completion: str, pattern: Any) -> None:
+    reward = score("regex", completion, {"pattern": pattern}, STRUCTURED_BOUND_S)
+    if any(pattern is bad for bad in MALFORMED_PATTERNS):
+        assert reward is None  # refused (DataError), whatever the completion
 
 
 # --- code (each case runs a sandboxed program: a few dozen only) ------------------------------
 
+# HumanEval and MBPP rows, well-formed and not (a malformed one is a one-line DataError).
+ASSERT_STYLE = [
+    {"prompt": "def f(x):\n", "entry_point": "f", "test": "def check(c):\n    assert c(1) == 1\n"},
+    {"prompt": "", "entry_point": "f", "test": "def check(c):\n    assert c(1) is None\n"},
+    {"test_list": ["assert f(1) == 1", "assert f('a') == 'a'"], "test_setup_code": "import os"},
+    {"prompt": "def f(x):\n", "entry_point": "f", "test": "assert True"},
+    {"test_list": ["assert f(1) =="]},
+    {"test_list": []},
+]
 PROGRAMS = [
+    "def f(x):\n    return x",
+    "    return x",
     "print(input())",
     "print(1)",
     "import sys; print(sys.stdin.read().upper())",
@@ -426,10 +508,12 @@ PROGRAMS = [
             max_size=3,
         ),
         st.sampled_from([[], "x", [1], [{"input": 1, "output": "1"}], [{"args": 1}]]),
+        st.sampled_from(ASSERT_STYLE),
     ),
 )
 def test_code_scores_any_completion(program: str, fence: str, tests: Any) -> None:
-    score("code", fence % program, {"tests": tests}, MATH_BOUND_S)
+    sample = tests if isinstance(tests, dict) else {"tests": tests}
+    score("code", fence % program, sample, MATH_BOUND_S)
 
 
 # --- fixed bugs: the fuzz's minimal reproducers, kept as regression tests ---------------------

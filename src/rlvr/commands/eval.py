@@ -1,7 +1,7 @@
 """`rlvr eval`: compare one or more models on the same held-out problems.
 
-    rlvr eval --model PATH [--model PATH ...] [--data addition] [--digits 3] [--n 200] [--k 8]
-              [--max-new-tokens 64] [--seed 0] [--device auto] [--output FILE.json]
+    rlvr eval --model PATH [--model PATH ...] [--data addition|humaneval] [--digits 3] [--n N]
+              [--k 8] [--max-new-tokens N] [--seed 0] [--device auto] [--output FILE.json]
 
 Each --model is a directory written by save_pretrained (a training run's final/ or a
 checkpoint), a hub id, or 'embedded' (the built-in tiny base model). Every model is scored by
@@ -16,7 +16,9 @@ docs/evaluation.md). --output also writes every metric of every model as JSON.
 Decisions:
 - --seed seeds both the held-out problem list (the task's seed) and the temperature-1 draws, so
   two invocations with the same arguments print the same table.
-- The verifier is the task's: exact_answer for addition.
+- The verifier is the task's: exact_answer for addition (--n 200, --max-new-tokens 64 by
+  default); code for humaneval (all 164 problems, --max-new-tokens 512 by default; needs the
+  `humaneval` extra), whose maj@k votes over the completions' code blocks.
 - Models are loaded one at a time and released before the next, so only one is in memory.
 - A model that cannot be loaded is a one-line error (exit 2) before any table is printed; a
   missing directory is caught before the first model is evaluated.
@@ -52,13 +54,21 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="model directory, hub id, or 'embedded'; repeat to compare several",
     )
     parser.add_argument(
-        "--data", default="addition", choices=["addition"], help="task (default: addition)"
+        "--data",
+        default="addition",
+        choices=["addition", "humaneval"],
+        help="task (default: addition); humaneval needs pip install 'rlvr[humaneval]'",
     )
     parser.add_argument("--digits", type=int, default=3, help="operand digits (default: 3)")
-    parser.add_argument("--n", type=int, default=200, help="held-out problems (default: 200)")
+    parser.add_argument(
+        "--n", type=int, default=None, help="held-out problems (default: 200; humaneval: 164)"
+    )
     parser.add_argument("--k", type=int, default=8, help="k of pass@k and maj@k (default: 8)")
     parser.add_argument(
-        "--max-new-tokens", type=int, default=64, help="completion token limit (default: 64)"
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="completion token limit (default: 64; humaneval: 512)",
     )
     parser.add_argument("--seed", type=int, default=0, help="problems and sampling seed")
     parser.add_argument(
@@ -71,6 +81,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    humaneval = args.data == "humaneval"
+    if args.n is None:
+        args.n = 164 if humaneval else 200
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 512 if humaneval else 64
     for name, low in (("n", 1), ("k", 1), ("max_new_tokens", 1), ("digits", 1)):
         value = getattr(args, name)
         if value < low:
@@ -79,7 +94,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def evaluate_model(
-    name: str, samples: list[dict], args: argparse.Namespace, verifier: Any
+    name: str, samples: list[dict], args: argparse.Namespace, verifier: Any, extract: Any = None
 ) -> dict[str, float]:
     """Load one model and score it on `samples` with evaluate(k=args.k)."""
     from rlvr.config import ModelConfig
@@ -93,6 +108,7 @@ def evaluate_model(
         t1_samples=T1_SAMPLES,
         seed=args.seed,
         k=args.k,
+        **({"extract": extract} if extract is not None else {}),
     )
 
 
@@ -123,14 +139,18 @@ def run(args: argparse.Namespace) -> int:
     _check_args(args)
     for name in args.model:  # a missing directory fails before any model is evaluated
         resolve_model_path(name)
-    task = AdditionTask(digits=args.digits, seed=args.seed)
-    try:
-        samples = task.heldout(args.n)
-    except ValueError as e:
-        raise UserError(f"--n: {e}") from None
+    verifier, extract = exact_answer_reward, None
+    if args.data == "humaneval":
+        samples, verifier, extract = _humaneval(args.n)
+    else:
+        task = AdditionTask(digits=args.digits, seed=args.seed)
+        try:
+            samples = task.heldout(args.n)
+        except ValueError as e:
+            raise UserError(f"--n: {e}") from None
     results = []
     for name in args.model:
-        results.append(evaluate_model(name, samples, args, exact_answer_reward))
+        results.append(evaluate_model(name, samples, args, verifier, extract))
     print(format_table(args.model, results, args.k))
     if args.output:
         out = Path(args.output)
@@ -147,6 +167,23 @@ def run(args: argparse.Namespace) -> int:
         out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print(f"eval: wrote {out}", file=sys.stderr)
     return 0
+
+
+def _humaneval(n: int) -> tuple[list[dict], Any, Any]:
+    """HumanEval's first n problems, the code verifier, and maj@k's answer: the code block."""
+    from rlvr.data.humaneval import HumanEvalTask
+    from rlvr.rewards.code import CodeVerifier, extract_code
+
+    try:
+        samples = HumanEvalTask().heldout(n)
+    except ValueError as e:
+        raise UserError(f"--n: {e}") from None
+
+    def code_block(completion: str) -> str | None:
+        found = extract_code(completion)
+        return None if found is None else found[1]
+
+    return samples, CodeVerifier(), code_block
 
 
 def main(argv: list[str] | None = None) -> int:

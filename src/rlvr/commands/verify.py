@@ -45,7 +45,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--verifier",
         required=True,
         metavar="NAME",
-        help="math, format, language, code, exact_answer, 'module:function', "
+        help="math, format, language, code, exact_answer, json_schema, regex, 'module:function', "
         "'file.py:function', or a weighted sum like 'math:1.0,format:0.1'",
     )
     parser.add_argument("--input", required=True, metavar="FILE.jsonl", help="samples to score")

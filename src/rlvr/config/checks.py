@@ -18,7 +18,15 @@ from rlvr.errors import ConfigError
 Config = Any  # rlvr.config.Config, the RL run's tree
 ModelConfig = Any  # rlvr.config.ModelConfig
 
-FORBIDDEN_TEMPLATE_FIELDS = ("answer", "tests")
+# The references verifiers hold: a template naming one would leak it into the prompt.
+FORBIDDEN_TEMPLATE_FIELDS = (
+    "answer",
+    "tests",
+    "test",
+    "test_list",
+    "expected",
+    "canonical_solution",
+)
 
 # data.* keys read only by one data.task (data/registry.py builds each task from these)
 TASK_KEYS = {

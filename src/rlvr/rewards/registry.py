@@ -20,8 +20,10 @@ def _builtin() -> dict[str, Verifier]:
     from rlvr.rewards.exact import exact_answer_reward
     from rlvr.rewards.format import format_reward
     from rlvr.rewards.gym import gym_reward  # reasoning-gym itself loads on first use
+    from rlvr.rewards.json_schema import json_schema_reward  # jsonschema: in its worker
     from rlvr.rewards.language import language_reward
     from rlvr.rewards.math import math_reward
+    from rlvr.rewards.regex_match import regex_reward
 
     return {
         "code": code_reward,
@@ -29,8 +31,10 @@ def _builtin() -> dict[str, Verifier]:
         "exact_answer": exact_answer_reward,
         "format": format_reward,
         "gym": gym_reward,
+        "json_schema": json_schema_reward,
         "language": language_reward,
         "math": math_reward,
+        "regex": regex_reward,
     }
 
 

@@ -21,6 +21,11 @@ Isolation (details and the threat model in docs/verifiers-code.md):
 - cleanup: after each case the runner SIGKILLs every process it can see (kill -1 inside the pid
   namespace); when the runner exits or is killed, the kernel kills the rest of the namespace.
 
+Assert-style tests (HumanEval's `check(candidate)`, MBPP's assert lists) run in two processes
+per sample: the program's, which serves calls of its functions, and the checker's, which runs
+the test with stubs that forward each call and receive plain values back. The test code enters
+the sandbox only after the program's process is forked, so it is never in that process's memory.
+
 The result channel: the runner writes frames `nonce | kind | case | length | payload` on a pipe.
 Each case's nonce is read from a memfd only after that case's process is forked, and the runner
 makes itself non-dumpable, so the program can neither read a valid nonce nor reach the pipe
@@ -84,12 +89,16 @@ class Program:
     """What to run. `command` None runs `source` in the runner's own Python (fork, no exec);
     otherwise `command` is exec'd per case with '{file}' replaced by the source file's path.
     With `fn_name`, each case is an argument list and the runner calls that function (or
-    `Solution().fn_name`) and returns json.dumps of the result; otherwise each case is stdin."""
+    `Solution().fn_name`) and returns json.dumps of the result; otherwise each case is stdin.
+    With `test` (assert-style tests, rewards/code_asserts.py) there is exactly one case, None:
+    the runner serves the program's functions from one process and runs the test in another,
+    and the output is that process's verdict `passed total\nreason`."""
 
     source: str
     file_name: str = "solution.py"
     command: tuple[str, ...] | None = None
     fn_name: str | None = None
+    test: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -261,6 +270,7 @@ class Sandbox:
             "file_name": program.file_name,
             "command": list(program.command) if program.command else None,
             "fn_name": program.fn_name,
+            "checked": program.test is not None,
             "cases": cases,
             "limits": {
                 "memory_bytes": limits.memory_mb << 20,
@@ -280,6 +290,9 @@ class Sandbox:
         blob = marshal.dumps(spec)
         control = os.memfd_create("rlvr-control")
         _write_all(control, struct.pack(">Q", len(blob)) + blob + b"".join(nonces))
+        if program.test is not None:  # read by the runner only after the program's fork
+            test = marshal.dumps(program.test)
+            _write_all(control, struct.pack(">Q", len(test)) + test)
         os.lseek(control, 0, os.SEEK_SET)
         result_r, result_w = os.pipe()
         runner = RUNNER_PATH if sandboxed else RUNNER_FILE

@@ -160,10 +160,11 @@ def evaluate_model(
     budgets: Sequence[int] = (128, 256, 512),
     system_prompt: str | None = None,
     engine: str = "fast",
+    extract: Callable[[str], Any] = extract_final_answer,
 ) -> dict[str, float]:
     """Load the model of `model_cfg` (a ModelConfig) for inference and `evaluate` it with the
-    named rollout engine; the result also carries `num_parameters`. The model is released when
-    this returns."""
+    named rollout engine (`extract`: maj@k's answer, as in `evaluate`); the result also carries
+    `num_parameters`. The model is released when this returns."""
     from rlvr.models.loading import (
         encode_prompt,
         load_model,
@@ -196,6 +197,7 @@ def evaluate_model(
         seed=seed,
         k=k,
         budgets=budgets,
+        extract=extract,
     )
     metrics["num_parameters"] = sum(p.numel() for p in model.parameters())
     return metrics

@@ -1,0 +1,390 @@
+"""Programs that try to forge the verdict of assert-style tests (HumanEval, MBPP rows).
+
+Every program here computes a wrong answer and attacks the harness instead. Each would score 1
+if its attack worked; where a same-process harness (program and test exec'd in one interpreter,
+passed when it exits with status 0: the shape of HumanEval's own `check_program`) is beaten by
+it, `naive_harness_passes` shows that it is, on the host, for the attacks that are safe to run
+there. The sandboxed verifier must give each one 0, within its time limit plus 1 s.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from rlvr.rewards.code import CodeVerifier
+from rlvr.rewards.sandbox import Program, SandboxUnavailable
+
+TIMEOUT_S = 1.0
+
+ADD = {
+    "id": "add",
+    "prompt": 'def add(a, b):\n    """a + b"""\n',
+    "entry_point": "add",
+    "test": textwrap.dedent(
+        """
+        import math
+
+
+        def check(candidate):
+            assert candidate(2, 3) == 5
+            assert math.isclose(candidate(0.5, 0.25), 0.75)
+            assert candidate(10 ** 12, 7) == 10 ** 12 + 7
+        """
+    ),
+}
+ROOT = {  # HumanEval/32's shape: the test calls a helper of the prompt on the argument it passed
+    "id": "root",
+    "prompt": "def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n\n"
+    'def find_zero(xs):\n    """x with poly(xs, x) == 0."""\n',
+    "entry_point": "find_zero",
+    "test": "def check(candidate):\n    for xs in ([1, 2], [-6, 11, -6, 1], [4, -2]):\n"
+    "        x = candidate(xs)\n        assert abs(poly(xs, x)) < 1e-6\n",
+}
+MBPP = {
+    "id": "mbpp",
+    "test_list": [
+        "assert set(similar(('a', 'b', 'c'), ('c', 'a'))) == set(('a', 'c'))",
+        "assert similar((1, 2), (3,)) == ()",
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def verifier() -> CodeVerifier:
+    v = CodeVerifier(timeout_s=TIMEOUT_S, memory_mb=256)
+    try:
+        v.sandbox.run(Program("pass"), [""])
+    except SandboxUnavailable as e:
+        pytest.skip(f"bwrap sandbox unavailable here: {e}")
+    return v
+
+
+def attack(verifier: CodeVerifier, code: str, sample: dict = ADD) -> float:
+    completion = "```python\n" + textwrap.dedent(code).strip() + "\n```"
+    started = time.monotonic()
+    score = verifier.score(completion, sample)
+    wall = time.monotonic() - started
+    assert wall < TIMEOUT_S + 1.0 + 0.5 * len(sample.get("test_list", [])), f"{wall:.2f} s"
+    assert score.reward == 0.0, score.detail
+    return score.reward
+
+
+def naive_harness_passes(code: str, sample: dict = ADD) -> bool:
+    """Program, then the test, then `check(entry_point)` (or the asserts) exec'd as one source
+    in one fresh interpreter on the host; passed iff it exits with status 0."""
+    program = textwrap.dedent(code).strip() + "\n"
+    if "test_list" in sample:
+        source = program + "\n".join(sample["test_list"]) + "\n"
+    else:
+        source = program + sample["test"] + f"\ncheck({sample['entry_point']})\n"
+    runner = "import sys\nsource = sys.stdin.read()\nexec(compile(source, 'p', 'exec'), {})\n"
+    done = subprocess.run(
+        [sys.executable, "-c", runner], input=source, capture_output=True, text=True, timeout=20
+    )
+    return done.returncode == 0
+
+
+# Attacks that are safe to run on the host too, so the naive harness shows each one works there.
+BEATS_A_SAME_PROCESS_HARNESS = {
+    "sys.exit(0) inside the function": """
+        import sys
+        def add(a, b):
+            sys.exit(0)
+    """,
+    "os._exit(0) inside the function": """
+        import os
+        def add(a, b):
+            os._exit(0)
+    """,
+    "SystemExit raised inside the function": """
+        def add(a, b):
+            raise SystemExit(0)
+    """,
+    "an atexit hook that exits 0": """
+        import atexit, os
+        atexit.register(os._exit, 0)
+        def add(a, b):
+            return 0
+    """,
+    "sys.excepthook that exits 0": """
+        import os, sys
+        sys.excepthook = lambda *exc: os._exit(0)
+        def add(a, b):
+            return 0
+    """,
+    "a result whose __eq__ is always true": """
+        class Anything:
+            def __eq__(self, other):
+                return True
+            def __sub__(self, other):
+                return 0
+            __rsub__ = __sub__
+            def __float__(self):
+                return 0.75
+        def add(a, b):
+            return Anything()
+    """,
+    "an int subclass whose __eq__ is always true": """
+        class Yes(int):
+            def __eq__(self, other):
+                return True
+            __hash__ = int.__hash__
+            def __float__(self):
+                return 0.75
+        def add(a, b):
+            return Yes(0)
+    """,
+    "math.isclose patched in sys.modules and builtins.__import__ overridden": """
+        import builtins, math, sys, types
+        fake = types.ModuleType("math")
+        fake.isclose = lambda *a, **k: True
+        sys.modules["math"] = fake
+        real_import = builtins.__import__
+        def fake_import(name, *args, **kwargs):
+            return fake if name == "math" else real_import(name, *args, **kwargs)
+        builtins.__import__ = fake_import
+        def add(a, b):  # right on integers only
+            return a + b if isinstance(a, int) else 0.0
+    """,
+    "reading the test's source from memory (gc, frames) to answer": """
+        import gc, re, sys
+        def add(a, b):
+            texts = [o for o in gc.get_objects() if isinstance(o, str) and "def check" in o]
+            frame = sys._getframe()
+            while frame is not None:
+                texts += [str(v) for v in frame.f_globals.values() if "def check" in str(v)]
+                frame = frame.f_back
+            for text in texts:
+                for args, expected in re.findall(r"candidate\\((.*?)\\) == (.*)", text):
+                    if eval(args) == (a, b):
+                        return eval(expected)
+            return 0.75 if isinstance(a, float) else 0
+    """,
+    "a thread that outlives the call and exits 0": """
+        import os, threading, time
+        def add(a, b):
+            threading.Thread(target=lambda: (time.sleep(0.2), os._exit(0))).start()
+            return 0
+    """,
+    "an exception whose __str__ exits 0": """
+        import os
+        class Boom(Exception):
+            def __str__(self):
+                os._exit(0)
+            __repr__ = __str__
+        def add(a, b):
+            raise Boom()
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEATS_A_SAME_PROCESS_HARNESS))
+def test_an_attack_that_beats_a_same_process_harness_scores_zero(verifier, name):
+    code = BEATS_A_SAME_PROCESS_HARNESS[name]
+    assert naive_harness_passes(code), "the attack should work against the naive harness"
+    attack(verifier, code)
+
+
+def test_emptying_the_argument_the_test_checks_again_scores_zero(verifier):
+    code = """
+    def poly(xs, x):
+        return 0
+    def find_zero(xs):
+        xs.clear()
+        return 0.0
+    """
+    assert naive_harness_passes(code, ROOT)
+    attack(verifier, code, ROOT)
+
+
+def test_redefining_the_helper_the_test_calls_scores_zero(verifier):
+    code = """
+    import builtins
+    def poly(xs, x):
+        return 0
+    builtins.poly = poly
+    def find_zero(xs):
+        return 0.0
+    """
+    attack(verifier, code, ROOT)
+
+
+def test_patching_builtins_the_asserts_use_scores_zero(verifier):
+    code = """
+    import builtins
+    builtins.set = lambda *args: 1
+    def similar(a, b):
+        return ()
+    """
+    assert naive_harness_passes(code, MBPP)
+    attack(verifier, code, MBPP)
+
+
+def test_a_program_defining_its_own_check_and_asserts_scores_zero(verifier):
+    attack(
+        verifier,
+        """
+        def check(candidate):
+            return True
+        def add(a, b):
+            return 0
+        AssertionError = Exception
+        """,
+    )
+
+
+@pytest.mark.parametrize(
+    "exit_code", ["import os; os._exit(0)", "raise SystemExit(0)", "import sys; sys.exit()"]
+)
+def test_exiting_before_any_call_scores_zero(verifier, exit_code):
+    attack(verifier, f"def add(a, b):\n    return 0\n{exit_code}")
+
+
+@pytest.mark.parametrize(
+    "exception",
+    ["KeyboardInterrupt", "GeneratorExit", "type('Escape', (BaseException,), {})", "StopIteration"],
+)
+def test_raising_base_exceptions_from_the_function_scores_zero(verifier, exception):
+    attack(verifier, f"def add(a, b):\n    raise {exception}()")
+
+
+def test_printing_and_writing_pass_markers_everywhere_scores_zero(verifier):
+    attack(
+        verifier,
+        """
+        import os
+        MARKERS = [b"1 1\\n", b"check passed\\n", b"3/3 asserts passed\\n", b"PASSED\\n"]
+        def add(a, b):
+            for marker in MARKERS:
+                print(marker.decode(), flush=True)
+                for fd in range(1024):
+                    try:
+                        os.write(fd, marker)
+                    except OSError:
+                        pass
+            return 0
+        """,
+    )
+
+
+def test_replies_written_ahead_of_the_calls_are_only_claims(verifier):
+    """Replies for every call written before it is made: each is a value the program chose."""
+    attack(
+        verifier,
+        """
+        import json, os, struct
+        for seq in range(1, 10):
+            payload = json.dumps([seq, "ok", True]).encode()
+            for fd in range(3, 64):
+                try:
+                    os.write(fd, struct.pack(">I", len(payload)) + payload)
+                except OSError:
+                    pass
+        def add(a, b):
+            return True
+        """,
+    )
+
+
+def test_reading_the_test_from_proc_or_disk_finds_nothing(verifier):
+    attack(
+        verifier,
+        """
+        import glob, re
+        def add(a, b):
+            for path in glob.glob("/proc/*/fd/*") + glob.glob("/proc/*/mem") + glob.glob(
+                "/proc/*/cmdline"
+            ) + glob.glob("/proc/*/environ") + glob.glob("/tmp/**", recursive=True):
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read(1 << 20)
+                except OSError:
+                    continue
+                for args, expected in re.findall(rb"candidate\\((.*?)\\) == (.*)", data):
+                    if eval(args) == (a, b):
+                        return eval(expected)
+            return 0
+        """,
+    )
+
+
+def test_planting_modules_the_test_imports_scores_zero(verifier):
+    attack(
+        verifier,
+        """
+        import os
+        for folder in (os.getcwd(), "/tmp", "/rlvr-runner"):
+            try:
+                with open(os.path.join(folder, "math.py"), "w") as f:
+                    f.write("def isclose(*a, **k):\\n    return True\\n")
+            except OSError:
+                pass
+        def add(a, b):  # right on integers only
+            return a + b if isinstance(a, int) else 0.0
+        """,
+    )
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM", "SIGUSR1", "SIGKILL", "SIGSTOP"])
+def test_signalling_every_process_scores_zero(verifier, signal_name):
+    attack(
+        verifier,
+        f"""
+        import os, signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        def add(a, b):
+            for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+                if pid != os.getpid():
+                    try:
+                        os.kill(pid, signal.{signal_name})
+                    except OSError:
+                        pass
+            return 0
+        """,
+    )
+
+
+def test_turning_asserts_off_scores_zero(verifier):
+    attack(
+        verifier,
+        """
+        import builtins, os
+        builtins.__dict__["__debug__"] = False
+        os.environ["PYTHONOPTIMIZE"] = "2"
+        def add(a, b):
+            return 0
+        """,
+    )
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "def __str__(self):\n        raise RuntimeError('no')",
+        "def __str__(self):\n        return 'x' * 10 ** 8",
+        "def __eq__(self, other):\n        return True",
+    ],
+)
+def test_exceptions_that_misbehave_score_zero(verifier, method):
+    attack(
+        verifier,
+        f"""
+        class Odd(Exception):
+            {method}
+        def add(a, b):
+            raise Odd()
+        """,
+    )
+
+
+def test_a_huge_or_deep_result_scores_zero(verifier):
+    attack(verifier, "def add(a, b):\n    return [0] * (10 ** 7)")
+    attack(
+        verifier,
+        "def add(a, b):\n    x = []\n    for _ in range(10 ** 5):\n        x = [x]\n    return x",
+    )
