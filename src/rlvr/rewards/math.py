@@ -8,7 +8,9 @@ Extraction (in the calling process, rlvr.rewards.math_answer): the answers are r
 `<answer>` tags, `\\boxed{}`/`\\fbox{}`, or, without either, "Answer: ..." lines, after the last
 `</think>`; a tag, box or line whose content holds math delimiters is read as its math spans
 ("The final answer is $\\frac{14}{3}$. I hope it is correct." reads 14/3). Every answer found
-must match, so hedging (`\\boxed{1} or \\boxed{2}`, `$1$ or $2$`) scores 0.
+must match, so hedging (`\\boxed{1} or \\boxed{2}`, `$1$ or $2$`) scores 0. The lenient reading
+(`MathVerifier(lenient=True)`, "math_lenient") also reads a completion without any marker: there
+math-verify's own extraction picks the final answer (rlvr.rewards.math_lenient), in the worker.
 
 Equivalence (in a worker process, see below): both sides are normalised, parsed by math-verify's
 LaTeX parser (a gold in plain text like "1/2" or "sqrt(2)" is parsed the same way, because
@@ -67,6 +69,7 @@ from rlvr.rewards.math_answer import (
     boxed_contents,
     clean_answer,
     extract_answers,
+    final_region,
     math_spans,
     normalize,
 )
@@ -79,6 +82,7 @@ __all__ = [
     "check_answers",
     "check_equivalence",
     "extract_answers",
+    "math_lenient_reward",
     "math_reward",
     "normalize",
 ]
@@ -291,13 +295,29 @@ def _require_math_verify() -> None:
     logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
 
 
-def _checker_handler(float_rel_tol: float):  # noqa: ANN202 - worker factory, see pool.py
-    """Worker-side factory: (answers, gold) -> (all match, index of the first mismatch or -1)."""
-    _require_math_verify()
+def _lenient_checker_handler(float_rel_tol: float):  # noqa: ANN202 - worker factory
+    return _checker_handler(float_rel_tol, lenient=True)
 
-    def handle(payload: tuple[tuple[str, ...], str]) -> tuple[bool, int]:
-        answers, gold = payload
-        return check_answers(answers, gold, float_rel_tol)
+
+def _checker_handler(float_rel_tol: float, lenient: bool = False):  # noqa: ANN202 - see pool.py
+    """Worker-side factory: (answers, gold, region) -> (all match, index of the first mismatch
+    or -1, the answers, a problem). With `region` (the lenient reading of a completion that has
+    no marker) the answers are first read from it (rlvr.rewards.math_lenient)."""
+    _require_math_verify()
+    if lenient:
+        from rlvr.rewards.math_lenient import extraction_patterns, lenient_answers
+
+        extraction_patterns()  # a math-verify without its extraction regexes fails here
+
+    def handle(payload: tuple[tuple[str, ...], str, Any]) -> tuple[bool, int, tuple, str]:
+        answers, gold, region = payload
+        if region is not None:
+            found = lenient_answers(*region)
+            if found.problem:
+                return False, -1, found.answers, found.problem
+            answers = found.answers
+        ok, bad = check_answers(answers, gold, float_rel_tol)
+        return ok, bad, answers, ""
 
     return handle
 
@@ -315,6 +335,9 @@ class MathVerifier:
     max_answers / max_answer_chars: more distinct answers / longer ones score 0.
     isolate: run checks in a killable worker process (False: inline, no time limit; for code
         that is itself inside a killable worker, like VerifierPool).
+    lenient: also read a completion that has no box, tag or answer line: math-verify's
+        extraction picks its final answer, in the worker (rlvr.rewards.math_lenient). For
+        evaluating models never taught the answer format, not for RL rewards.
     """
 
     def __init__(
@@ -325,6 +348,7 @@ class MathVerifier:
         max_answers: int = 4,
         max_answer_chars: int = 1000,
         isolate: bool = True,
+        lenient: bool = False,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"MathVerifier: timeout_s must be > 0, got {timeout_s}")
@@ -336,6 +360,7 @@ class MathVerifier:
         self.max_answers = max_answers
         self.max_answer_chars = max_answer_chars
         self.isolate = isolate
+        self.lenient = lenient
         self._worker: Any = None
         self._lock = threading.Lock()
         self._inline: Any = None
@@ -354,28 +379,41 @@ class MathVerifier:
                 f"{what} (expected the reference answer as a string or number)"
             )
         gold = str(gold)
-        found = self.extract(completion)
-        shown = " | ".join(found.answers)
-        if found.problem:
-            return Score(0.0, f"{found.problem}: {shown}" if shown else found.problem)
+        if self.lenient:  # the worker reads the answers (rlvr.rewards.math_lenient)
+            text = final_region(completion)
+            if text is None:
+                return Score(0.0, "unclosed <think>")
+            found = Extraction()
+            region = (text, self.answer_pattern, self.max_answers, self.max_answer_chars)
+        else:
+            found, region = self.extract(completion), None
+        answers, problem = found.answers, found.problem
+        if problem:
+            shown = " | ".join(answers)
+            return Score(0.0, f"{problem}: {shown}" if shown else problem)
         try:
-            ok, bad = self._check(found.answers, gold)
+            ok, bad, answers, problem = self._check(answers, gold, region)
         except TimeoutError as e:
-            return Score(0.0, f"{e}: {shown}")
+            return Score(0.0, f"{e}: {' | '.join(answers)}".rstrip(": "))
+        shown = " | ".join(answers)
+        if problem:
+            return Score(0.0, f"{problem}: {shown}" if shown else problem)
         if ok:
             return Score(1.0, shown)
-        if len(found.answers) > 1:
-            return Score(0.0, f"{shown} (wrong: {found.answers[bad]})")
+        if len(answers) > 1 and bad >= 0:
+            return Score(0.0, f"{shown} (wrong: {answers[bad]})")
         return Score(0.0, shown)
 
     def __call__(self, completion: str, sample: Mapping[str, Any]) -> float:
         return self.score(completion, sample).reward
 
-    def _check(self, answers: tuple[str, ...], gold: str) -> tuple[bool, int]:
+    def _check(
+        self, answers: tuple[str, ...], gold: str, region: Any
+    ) -> tuple[bool, int, tuple[str, ...], str]:
         if not self.isolate:
             if self._inline is None:
-                self._inline = _checker_handler(self.float_rel_tol)
-            return self._inline((answers, gold))
+                self._inline = _checker_handler(self.float_rel_tol, self.lenient)
+            return self._inline((answers, gold, region))
         from rlvr.rewards.workers import (
             WorkerCrashed,
             WorkerError,
@@ -386,9 +424,10 @@ class MathVerifier:
 
         with self._lock:  # one worker, one check at a time; threads queue here
             if self._worker is None:
-                self._worker = WorkerProcess(f"{__name__}:_checker_handler", self.float_rel_tol)
+                factory = "_lenient_checker_handler" if self.lenient else "_checker_handler"
+                self._worker = WorkerProcess(f"{__name__}:{factory}", self.float_rel_tol)
             try:
-                return self._worker.call((answers, gold), self.timeout_s)
+                return self._worker.call((answers, gold, region), self.timeout_s)
             except WorkerTimeout as e:
                 raise TimeoutError(str(e)) from None
             except WorkerSetupError as e:
@@ -396,7 +435,7 @@ class MathVerifier:
                 raise ConfigError(f"math verifier: {e}") from None
             except (WorkerCrashed, WorkerError):
                 # sympy blowing the stack or memory on a crafted answer: not a match
-                return False, 0
+                return False, -1, answers, ""
 
     def for_worker(self) -> MathVerifier:
         """An inline copy for use inside a worker process that is itself killed on timeout."""
@@ -408,6 +447,7 @@ class MathVerifier:
             self.max_answers,
             self.max_answer_chars,
             isolate=False,
+            lenient=self.lenient,
         )
 
     def close(self) -> None:
@@ -423,10 +463,12 @@ class MathVerifier:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"lenient": False, **state})
         self._lock = threading.Lock()
 
 
-# The default instance: "math" in the registry, "rlvr.rewards.math:math_reward" as a spec. Its
-# worker process starts on the first check.
+# The default instances: "math" and "math_lenient" in the registry,
+# "rlvr.rewards.math:math_reward" / ":math_lenient_reward" as specs. Each starts its worker
+# process on its first check.
 math_reward = MathVerifier()
+math_lenient_reward = MathVerifier(lenient=True)

@@ -21,7 +21,7 @@ def _builtin() -> dict[str, Verifier]:
     from rlvr.rewards.format import format_reward
     from rlvr.rewards.gym import gym_reward  # reasoning-gym itself loads on first use
     from rlvr.rewards.language import language_reward
-    from rlvr.rewards.math import math_reward
+    from rlvr.rewards.math import math_lenient_reward, math_reward
 
     return {
         "code": code_reward,
@@ -31,6 +31,7 @@ def _builtin() -> dict[str, Verifier]:
         "gym": gym_reward,
         "language": language_reward,
         "math": math_reward,
+        "math_lenient": math_lenient_reward,
     }
 
 
