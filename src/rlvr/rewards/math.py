@@ -4,22 +4,13 @@ Reward 1.0 iff the completion states a final answer and every final answer it st
 mathematically equal to the gold `sample["answer"]`; else 0.0. Under RL any leniency is found and
 farmed, so each rule below errs towards 0.
 
-Extraction (in the calling process; string scans and regexes, linear time):
-1. Reasoning is dropped: everything up to the last `</think>` is ignored, and an unclosed
-   `<think>` (a truncated trace) means no answer. An answer written only inside the think block
-   does not count.
-2. `<answer>...</answer>` tags: each tag's content is an answer, or the `\\boxed{}` contents inside
-   it if it has any. Unbalanced or nested tags mean no answer.
-3. `\\boxed{...}` / `\\fbox{...}` anywhere else (nested braces are matched; `\\boxed 5` takes the
-   run of non-space characters after it). An unclosed box means no answer.
-4. Only if there is no tag and no box: lines matching `answer_pattern` (default: "Answer: ...",
-   "Final answer: ...", case-insensitive); set it to None to turn this off.
-All answers found by 2-4 must match the gold. Hedging (`\\boxed{1} or \\boxed{2}`, two tags with
-different answers) therefore scores 0, while repeating one answer in two forms does not.
-No answer, an empty answer, more than `max_answers` distinct answers, an answer longer than
-`max_answer_chars`, one with a non-ASCII digit (full-width `５`, Arabic-Indic `٥`, mathematical
-bold `𝟓`), or one holding several math spans (`$5$ or $6$`) scores 0. Markdown bold, a final
-period and `$...$` / `\\(...\\)` around the whole answer are dropped.
+Extraction (in the calling process, rlvr.rewards.math_answer): the answers are read from
+`<answer>` tags, `\\boxed{}`/`\\fbox{}`, or, without either, "Answer: ..." lines, after the last
+`</think>`; a tag, box or line whose content holds math delimiters is read as its math spans
+("The final answer is $\\frac{14}{3}$. I hope it is correct." reads 14/3). Every answer found
+must match, so hedging (`\\boxed{1} or \\boxed{2}`, `$1$ or $2$`) scores 0. The lenient reading
+(`MathVerifier(lenient=True)`, "math_lenient") also reads a completion without any marker: there
+math-verify's own extraction picks the final answer (rlvr.rewards.math_lenient), in the worker.
 
 Equivalence (in a worker process, see below): both sides are normalised, parsed by math-verify's
 LaTeX parser (a gold in plain text like "1/2" or "sqrt(2)" is parsed the same way, because
@@ -35,11 +26,18 @@ hardenings:
 - Answer forms: when the gold is a single value, a predicted list, set, tuple or interval scores 0
   ("1, 2", "{5}", "1 or 2"), and a predicted equation only counts if it is `x = value` or a
   chain whose every side equals the gold ("x = 2+3 = 5" yes; "3 = 5", "x = 3 = 5" no).
-Normalisation, applied to both sides: a percent sign is dropped (gold "50%" matches "50" and
-"50\\%", not 0.5: the number asked for is the count of percent); a number written with thousands
-separators ("1,000", "1{,}000", "1\\,000") is that number, so a gold "1,000" is 1000, never
-the list (1, 0); `**` is `^`; plain `pi`, `sqrt`, `inf`, π, ∞, √ become LaTeX; "1e-3" is
-1 × 10^-3; a gold or answer that is only words ("Monday") is text, compared case-insensitively.
+- Several answers for a gold of several values: when the gold is a set of two or more values
+  ("1, -2", "\\{1,-2\\}", "1 \\pm \\sqrt{2}"), answers that are each one value and together are
+  exactly those values (`\\boxed{-2} and \\boxed{1}`) match it; one value less or more does not.
+Normalisation, applied to both sides: a percent sign, and the words "percent", "percentage",
+"pct" after a number, are dropped (gold "50%" matches "50", "50\\%" and "50 percent", not 0.5:
+the number asked for is the count of percent); a number written with thousands separators
+("1,000", "1{,}000", "1\\,000") is that number, so a gold "1,000" is 1000, never the list (1, 0),
+but a leading zero group is never a thousands group: "0,111" is not 111 (math-verify's LaTeX
+parser reads it as the decimal 0.111, the one reading it gives a comma there; "1,22" and "0,11"
+are pairs); `**` is `^`; plain `pi`, `sqrt`, `inf`, π, ∞, √ become LaTeX; "1e-3" is 1 × 10^-3; a
+gold or answer that is only words ("Monday") is text, compared case-insensitively. A gold that
+is one math span among words (`$125$ miles`) is that span.
 
 Asymmetric on purpose (the gold is the reference): the decimal tolerance follows the gold; a gold
 equation `x = 5` accepts `5`, but a gold `5` accepts `x = 5` only as an assignment; a gold
@@ -50,7 +48,7 @@ Time limits are enforced from outside: parsing and comparing run in a worker pro
 SIGKILLed when it passes `timeout_s` and replaced (see rewards/workers.py). A pathological answer
 (`5^{5^{5^{5^5}}}`, `(10^{100})!`) scores 0 after at most `timeout_s` plus the kill. In a
 VerifierPool the pool's worker is itself killed on timeout, so checks run inline there.
-Model text is never eval'ed or exec'ed: it only reaches a LaTeX grammar and sympy.
+Model text is never eval'ed or exec'ed: it only reaches regexes, a LaTeX grammar and sympy.
 """
 
 from __future__ import annotations
@@ -59,193 +57,37 @@ import contextlib
 import logging
 import re
 import threading
-import unicodedata
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any
 
 from rlvr.errors import ConfigError, DataError
 from rlvr.rewards.base import Score
+from rlvr.rewards.math_answer import (
+    DEFAULT_ANSWER_PATTERN,
+    Extraction,
+    boxed_contents,
+    clean_answer,
+    extract_answers,
+    final_region,
+    math_spans,
+    normalize,
+)
 
-# Greedy `(.+)$`, not a lazy group before `[ \t]*$`: a lazy one is quadratic on a long line.
-DEFAULT_ANSWER_PATTERN = r"(?im)^[ \t]*(?:\*\*)?(?:final[ \t]+)?answer(?:\*\*)?[ \t]*:(.+)$"
-_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-_BOX_TOKEN = re.compile(r"[^\s$]*")
-_MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\[()\[\]]")
-TAG_OPEN, TAG_CLOSE = "<answer>", "</answer>"
-THINK_CLOSE, THINK_OPEN = "</think>", "<think>"
-
-
-# -- extraction (calling process) ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Extraction:
-    """The distinct final answers of a completion, or why it has none (`problem`)."""
-
-    answers: tuple[str, ...] = ()
-    problem: str = ""
-
-
-def boxed_contents(text: str) -> list[str] | None:
-    """Contents of every top-level `\\boxed`/`\\fbox` in `text`; None if one is not closed."""
-    out, end = [], 0
-    for m in _BOX.finditer(text):
-        if m.start() < end:  # a box nested in the previous one is part of its content
-            continue
-        i = m.end()
-        while i < len(text) and text[i] in " \t":
-            i += 1
-        if i < len(text) and text[i] == "{":
-            depth, j = 0, i
-            while j < len(text):
-                c = text[j]
-                if c == "\\":
-                    j += 2
-                    continue
-                if c == "{":
-                    depth += 1
-                elif c == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
-            else:
-                return None
-            out.append(text[i + 1 : j])
-            end = j + 1
-        else:
-            token = _BOX_TOKEN.match(text, i).group(0)  # type: ignore[union-attr]
-            out.append(token)
-            end = i + len(token)
-    return out
-
-
-def answer_tags(text: str) -> list[str] | None:
-    """Contents of the `<answer>` tags of `text`; None if they are unbalanced or nested.
-
-    A scan with str.find, not a lazy regex, which is quadratic on many unclosed tags."""
-    out, pos = [], 0
-    while True:
-        opened, closed = text.find(TAG_OPEN, pos), text.find(TAG_CLOSE, pos)
-        if opened < 0:
-            return out if closed < 0 else None
-        end = text.find(TAG_CLOSE, opened + len(TAG_OPEN))
-        if closed < opened or end < 0:
-            return None
-        content = text[opened + len(TAG_OPEN) : end]
-        if TAG_OPEN in content:
-            return None
-        out.append(content)
-        pos = end + len(TAG_CLOSE)
-
-
-def _outside_tags(text: str) -> str:
-    out, pos = [], 0
-    while (opened := text.find(TAG_OPEN, pos)) >= 0:
-        out.append(text[pos:opened])
-        pos = text.find(TAG_CLOSE, opened) + len(TAG_CLOSE)
-    return " ".join(out + [text[pos:]])
-
-
-def _clean(answer: str) -> str:
-    """Whitespace collapsed; markdown bold, a final period, $...$ / \\(...\\) and a box
-    around the whole answer removed."""
-    s = re.sub(r"\s+", " ", answer).strip()
-    s = s.removeprefix("**").removesuffix("**").strip().rstrip(".").strip()
-    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
-        if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
-            s = s[len(left) : len(s) - len(right)].strip().rstrip(".").strip()
-    inner = boxed_contents(s)
-    if inner and len(inner) == 1 and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", s, re.DOTALL):
-        return _clean(inner[0])
-    return s
-
-
-def extract_answers(
-    completion: str,
-    answer_pattern: str | None = DEFAULT_ANSWER_PATTERN,
-    max_answers: int = 4,
-    max_answer_chars: int = 1000,
-) -> Extraction:
-    """The final answers of a completion (rules in the module docstring)."""
-    close = completion.rfind(THINK_CLOSE)
-    region = completion[close + len(THINK_CLOSE) :] if close >= 0 else completion
-    if THINK_OPEN in region:
-        return Extraction(problem="unclosed <think>")
-    raw: list[str] = []
-    tags = answer_tags(region)
-    if tags is None:
-        return Extraction(problem="unbalanced <answer> tags")
-    for content in tags:
-        boxes = boxed_contents(content)
-        if boxes is None:
-            return Extraction(problem="unclosed \\boxed")
-        raw.extend(boxes if boxes else [content])
-    boxes = boxed_contents(_outside_tags(region) if tags else region)
-    if boxes is None:
-        return Extraction(problem="unclosed \\boxed")
-    raw.extend(boxes)
-    if not raw and not tags and answer_pattern:
-        raw.extend(m.group(1) for m in re.finditer(answer_pattern, region))
-    if not raw:
-        return Extraction(problem="no final answer")
-    # Length first: cleaning recurses into nested boxes, so only bounded text reaches it.
-    if any(len(a) > max_answer_chars for a in raw):
-        return Extraction(problem=f"answer longer than {max_answer_chars} characters")
-    answers = tuple(dict.fromkeys(_clean(a) for a in raw))
-    if "" in answers:
-        return Extraction(answers, "empty answer")
-    if len(answers) > max_answers:
-        return Extraction(answers[:max_answers], f"{len(answers)} different answers")
-    for a in answers:
-        if any(unicodedata.category(c) == "Nd" and not c.isascii() for c in a):
-            return Extraction(answers, "non-ASCII digit")
-        if _MATH_DELIMITER.search(a):  # "$5$ or $6$": several expressions in one answer
-            return Extraction(answers, "several expressions in one answer")
-    return Extraction(answers)
-
+__all__ = [
+    "DEFAULT_ANSWER_PATTERN",
+    "Extraction",
+    "MathVerifier",
+    "boxed_contents",
+    "check_answers",
+    "check_equivalence",
+    "extract_answers",
+    "math_lenient_reward",
+    "math_reward",
+    "normalize",
+]
 
 # -- equivalence (worker process) ----------------------------------------------------------------
-
-_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:(?:,|\{,\}|\\,|\\ |\\!| |\u2009)\d{3})+(?:\.\d+)?")
-_SCIENTIFIC = re.compile(r"([+-]?\d+(?:\.\d+)?)[eE]([+-]?\d+)")
-_WORDS = re.compile(r"[A-Za-z]{3,}(?: [A-Za-z]+)*")
-_PLAIN = [
-    (re.compile(r"\*\*"), "^"),
-    (re.compile(r"(?<![\\A-Za-z])sqrt\s*\(([^()]*)\)"), r"\\sqrt{\1}"),
-    (re.compile(r"(?<![\\A-Za-z])sqrt(?![A-Za-z])"), r"\\sqrt"),
-    (re.compile(r"(?<![\\A-Za-z])pi(?![A-Za-z])"), r"\\pi"),
-    (re.compile(r"(?<![\\A-Za-z])(?:infinity|inf)(?![A-Za-z])"), r"\\infty"),
-]
-_UNICODE = {
-    "π": "\\pi ",
-    "∞": "\\infty ",
-    "√": "\\sqrt ",
-    "−": "-",
-    "×": "\\times ",
-    "·": "\\cdot ",
-}
-_UNICODE.update({"≤": "\\le ", "≥": "\\ge ", "≠": "\\ne "})
-_PLAIN_WORDS = {"sqrt", "pi", "inf", "infinity", "sin", "cos", "tan", "log", "ln", "exp"}
-
-
-def normalize(text: str) -> str:
-    """Notation-only rewriting applied to gold and prediction alike (rules in the docstring)."""
-    s = _clean(text)
-    s = s.replace("\\%", "").replace("%", "").strip()
-    for k, v in _UNICODE.items():
-        s = s.replace(k, v)
-    if _THOUSANDS.fullmatch(s):
-        s = re.sub(r"\{,\}|\\,|\\ |\\!|[, \u2009]", "", s)
-    if m := _SCIENTIFIC.fullmatch(s):
-        return f"{m.group(1)}\\times 10^{{{m.group(2)}}}"
-    if _WORDS.fullmatch(s) and s.lower() not in _PLAIN_WORDS:
-        return f"\\text{{{s}}}"
-    for pattern, repl in _PLAIN:
-        s = pattern.sub(repl, s)
-    return s.strip()
 
 
 def _parse(latex: str) -> Any:
@@ -266,9 +108,14 @@ def _parse(latex: str) -> Any:
 
 @lru_cache(maxsize=4096)
 def _parse_gold(gold: str) -> tuple[Any, str]:
+    """A gold's sympy object (None if unreadable) and normalised text. A gold with one box (a
+    full solution) is read from it; one math span among words (`$125$ miles`) is that span."""
     boxes = boxed_contents(gold)
     if boxes and len(boxes) == 1:
         gold = boxes[0]
+    found = math_spans(clean_answer(gold))
+    if found and len(found[0]) == 1 and not re.search(r"[0-9\\]", found[1]):
+        gold = found[0][0]
     text = normalize(gold)
     return _parse(text), text
 
@@ -377,23 +224,57 @@ def check_equivalence(answer: str, gold: str, float_rel_tol: float = 1e-6) -> bo
     Runs inline with no time limit: call it through MathVerifier (or a VerifierPool) unless the
     inputs are trusted.
     """
-    from math_verify import verify
-
     gold_expr, gold_text = _parse_gold(str(gold))
     pred_text = normalize(answer)
     if gold_expr is None:  # a gold math-verify cannot parse: compare the normalised text
         return bool(pred_text) and _compact(pred_text) == _compact(gold_text)
     pred = _parse(pred_text)
-    if pred is None:
-        return False
-    sides = _prediction_sides(gold_expr, pred)
+    return pred is not None and _equal(gold_expr, pred, float_rel_tol)
+
+
+def _equal(gold: Any, pred: Any, float_rel_tol: float) -> bool:
+    from math_verify import verify
+
+    sides = _prediction_sides(gold, pred)
     if sides is None:
         return False
     with _GRADER_LOCK, _strict_numbers(float_rel_tol):
         return all(
-            verify(gold_expr, side, timeout_seconds=None, allow_set_relation_comp=True)
-            for side in sides
+            verify(gold, side, timeout_seconds=None, allow_set_relation_comp=True) for side in sides
         )
+
+
+def check_answers(
+    answers: tuple[str, ...], gold: str, float_rel_tol: float = 1e-6
+) -> tuple[bool, int]:
+    """(all answers match the gold, index of the first that does not or -1): every answer equals
+    the gold, or the gold is a set of several values and the answers, one value each, are
+    exactly those values. Inline, no time limit (see check_equivalence)."""
+    bad = next(
+        (k for k, a in enumerate(answers) if not check_equivalence(a, gold, float_rel_tol)), -1
+    )
+    if bad < 0 or (len(answers) > 1 and _values_of_gold(answers, gold, float_rel_tol)):
+        return True, -1
+    return False, bad
+
+
+def _values_of_gold(answers: tuple[str, ...], gold: str, float_rel_tol: float) -> bool:
+    """Whether the answers, each one value, are together the values of a gold set."""
+    from sympy import FiniteSet
+
+    gold_expr, _ = _parse_gold(str(gold))
+    if not isinstance(gold_expr, FiniteSet):
+        return False
+    matched: set[int] = set()
+    for answer in answers:
+        pred = _parse(normalize(answer))
+        if pred is None or _is_collection(pred):
+            return False
+        hits = [i for i, v in enumerate(gold_expr.args) if _equal(v, pred, float_rel_tol)]
+        if not hits:
+            return False
+        matched.update(hits)
+    return len(matched) == len(gold_expr.args)
 
 
 def _compact(s: str) -> str:
@@ -414,16 +295,29 @@ def _require_math_verify() -> None:
     logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
 
 
-def _checker_handler(float_rel_tol: float):  # noqa: ANN202 - worker factory, see pool.py
-    """Worker-side factory: (answers, gold) -> (all match, index of the first mismatch or -1)."""
-    _require_math_verify()
+def _lenient_checker_handler(float_rel_tol: float):  # noqa: ANN202 - worker factory
+    return _checker_handler(float_rel_tol, lenient=True)
 
-    def handle(payload: tuple[tuple[str, ...], str]) -> tuple[bool, int]:
-        answers, gold = payload
-        for k, answer in enumerate(answers):
-            if not check_equivalence(answer, gold, float_rel_tol):
-                return False, k
-        return True, -1
+
+def _checker_handler(float_rel_tol: float, lenient: bool = False):  # noqa: ANN202 - see pool.py
+    """Worker-side factory: (answers, gold, region) -> (all match, index of the first mismatch
+    or -1, the answers, a problem). With `region` (the lenient reading of a completion that has
+    no marker) the answers are first read from it (rlvr.rewards.math_lenient)."""
+    _require_math_verify()
+    if lenient:
+        from rlvr.rewards.math_lenient import extraction_patterns, lenient_answers
+
+        extraction_patterns()  # a math-verify without its extraction regexes fails here
+
+    def handle(payload: tuple[tuple[str, ...], str, Any]) -> tuple[bool, int, tuple, str]:
+        answers, gold, region = payload
+        if region is not None:
+            found = lenient_answers(*region)
+            if found.problem:
+                return False, -1, found.answers, found.problem
+            answers = found.answers
+        ok, bad = check_answers(answers, gold, float_rel_tol)
+        return ok, bad, answers, ""
 
     return handle
 
@@ -441,6 +335,9 @@ class MathVerifier:
     max_answers / max_answer_chars: more distinct answers / longer ones score 0.
     isolate: run checks in a killable worker process (False: inline, no time limit; for code
         that is itself inside a killable worker, like VerifierPool).
+    lenient: also read a completion that has no box, tag or answer line: math-verify's
+        extraction picks its final answer, in the worker (rlvr.rewards.math_lenient). For
+        evaluating models never taught the answer format, not for RL rewards.
     """
 
     def __init__(
@@ -451,6 +348,7 @@ class MathVerifier:
         max_answers: int = 4,
         max_answer_chars: int = 1000,
         isolate: bool = True,
+        lenient: bool = False,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"MathVerifier: timeout_s must be > 0, got {timeout_s}")
@@ -462,6 +360,7 @@ class MathVerifier:
         self.max_answers = max_answers
         self.max_answer_chars = max_answer_chars
         self.isolate = isolate
+        self.lenient = lenient
         self._worker: Any = None
         self._lock = threading.Lock()
         self._inline: Any = None
@@ -480,28 +379,41 @@ class MathVerifier:
                 f"{what} (expected the reference answer as a string or number)"
             )
         gold = str(gold)
-        found = self.extract(completion)
-        shown = " | ".join(found.answers)
-        if found.problem:
-            return Score(0.0, f"{found.problem}: {shown}" if shown else found.problem)
+        if self.lenient:  # the worker reads the answers (rlvr.rewards.math_lenient)
+            text = final_region(completion)
+            if text is None:
+                return Score(0.0, "unclosed <think>")
+            found = Extraction()
+            region = (text, self.answer_pattern, self.max_answers, self.max_answer_chars)
+        else:
+            found, region = self.extract(completion), None
+        answers, problem = found.answers, found.problem
+        if problem:
+            shown = " | ".join(answers)
+            return Score(0.0, f"{problem}: {shown}" if shown else problem)
         try:
-            ok, bad = self._check(found.answers, gold)
+            ok, bad, answers, problem = self._check(answers, gold, region)
         except TimeoutError as e:
-            return Score(0.0, f"{e}: {shown}")
+            return Score(0.0, f"{e}: {' | '.join(answers)}".rstrip(": "))
+        shown = " | ".join(answers)
+        if problem:
+            return Score(0.0, f"{problem}: {shown}" if shown else problem)
         if ok:
             return Score(1.0, shown)
-        if len(found.answers) > 1:
-            return Score(0.0, f"{shown} (wrong: {found.answers[bad]})")
+        if len(answers) > 1 and bad >= 0:
+            return Score(0.0, f"{shown} (wrong: {answers[bad]})")
         return Score(0.0, shown)
 
     def __call__(self, completion: str, sample: Mapping[str, Any]) -> float:
         return self.score(completion, sample).reward
 
-    def _check(self, answers: tuple[str, ...], gold: str) -> tuple[bool, int]:
+    def _check(
+        self, answers: tuple[str, ...], gold: str, region: Any
+    ) -> tuple[bool, int, tuple[str, ...], str]:
         if not self.isolate:
             if self._inline is None:
-                self._inline = _checker_handler(self.float_rel_tol)
-            return self._inline((answers, gold))
+                self._inline = _checker_handler(self.float_rel_tol, self.lenient)
+            return self._inline((answers, gold, region))
         from rlvr.rewards.workers import (
             WorkerCrashed,
             WorkerError,
@@ -512,9 +424,10 @@ class MathVerifier:
 
         with self._lock:  # one worker, one check at a time; threads queue here
             if self._worker is None:
-                self._worker = WorkerProcess(f"{__name__}:_checker_handler", self.float_rel_tol)
+                factory = "_lenient_checker_handler" if self.lenient else "_checker_handler"
+                self._worker = WorkerProcess(f"{__name__}:{factory}", self.float_rel_tol)
             try:
-                return self._worker.call((answers, gold), self.timeout_s)
+                return self._worker.call((answers, gold, region), self.timeout_s)
             except WorkerTimeout as e:
                 raise TimeoutError(str(e)) from None
             except WorkerSetupError as e:
@@ -522,7 +435,7 @@ class MathVerifier:
                 raise ConfigError(f"math verifier: {e}") from None
             except (WorkerCrashed, WorkerError):
                 # sympy blowing the stack or memory on a crafted answer: not a match
-                return False, 0
+                return False, -1, answers, ""
 
     def for_worker(self) -> MathVerifier:
         """An inline copy for use inside a worker process that is itself killed on timeout."""
@@ -534,6 +447,7 @@ class MathVerifier:
             self.max_answers,
             self.max_answer_chars,
             isolate=False,
+            lenient=self.lenient,
         )
 
     def close(self) -> None:
@@ -549,10 +463,12 @@ class MathVerifier:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"lenient": False, **state})
         self._lock = threading.Lock()
 
 
-# The default instance: "math" in the registry, "rlvr.rewards.math:math_reward" as a spec. Its
-# worker process starts on the first check.
+# The default instances: "math" and "math_lenient" in the registry,
+# "rlvr.rewards.math:math_reward" / ":math_lenient_reward" as specs. Each starts its worker
+# process on its first check.
 math_reward = MathVerifier()
+math_lenient_reward = MathVerifier(lenient=True)

@@ -22,7 +22,7 @@ def _builtin() -> dict[str, Verifier]:
     from rlvr.rewards.gym import gym_reward  # reasoning-gym itself loads on first use
     from rlvr.rewards.json_schema import json_schema_reward  # jsonschema: in its worker
     from rlvr.rewards.language import language_reward
-    from rlvr.rewards.math import math_reward
+    from rlvr.rewards.math import math_lenient_reward, math_reward
     from rlvr.rewards.regex_match import regex_reward
 
     return {
@@ -34,6 +34,7 @@ def _builtin() -> dict[str, Verifier]:
         "json_schema": json_schema_reward,
         "language": language_reward,
         "math": math_reward,
+        "math_lenient": math_lenient_reward,
         "regex": regex_reward,
     }
 

@@ -26,6 +26,7 @@ def evaluate(
     k: int = 0,
     budgets: Sequence[int] = (128, 256, 512),
     extract: Callable[[str], Any] = extract_final_answer,
+    readings: Mapping[str, Callable[[str, Mapping[str, Any]], float]] | None = None,
 ) -> dict[str, float]:
     """Score a model on held-out samples.
 
@@ -39,6 +40,8 @@ def evaluate(
     mean_length_greedy  the same for the greedy completions
     truncated_fraction  fraction of temperature-1 completions cut at max_new_tokens
     n                   number of problems
+    accuracy_<name>     for each (name, verifier) of `readings`: greedy accuracy under that
+                        verifier (`rlvr eval` passes {"lenient": math_lenient} for math tasks)
 
     With k > 0 (default 0: off, and the keys above are all there is), m = max(k, t1_samples)
     temperature-1 samples are drawn per problem (the keys above then use all m of them), plus:
@@ -90,6 +93,12 @@ def evaluate(
         "truncated_fraction": _mean(sampled.truncated),
         "n": n,
     }
+    for name, reading in (readings or {}).items():
+        correct = [
+            reading(t, samples[i]) >= 1.0
+            for t, i in zip(greedy.completion_text, greedy.prompt_index)
+        ]
+        metrics[f"accuracy_{name}"] = sum(correct) / n
     if k > 0:
         metrics.update(
             _k_metrics(samples, greedy, greedy_rewards, sampled, t1_rewards, num_t1, k, extract)
@@ -161,10 +170,12 @@ def evaluate_model(
     system_prompt: str | None = None,
     engine: str = "fast",
     extract: Callable[[str], Any] = extract_final_answer,
+    readings: Mapping[str, Callable[[str, Mapping[str, Any]], float]] | None = None,
 ) -> dict[str, float]:
     """Load the model of `model_cfg` (a ModelConfig) for inference and `evaluate` it with the
-    named rollout engine (`extract`: maj@k's answer, as in `evaluate`); the result also carries
-    `num_parameters`. The model is released when this returns."""
+    named rollout engine (`extract`: maj@k's answer, `readings`: extra accuracies, as in
+    `evaluate`); the result also carries `num_parameters`. The model is released when this
+    returns."""
     from rlvr.models.loading import (
         encode_prompt,
         load_model,
@@ -198,6 +209,7 @@ def evaluate_model(
         k=k,
         budgets=budgets,
         extract=extract,
+        readings=readings,
     )
     metrics["num_parameters"] = sum(p.numel() for p in model.parameters())
     return metrics

@@ -1,0 +1,183 @@
+"""The lenient reading of the math verifier: the answer a grader would read from any completion.
+
+`MathVerifier(lenient=True)` ("math_lenient" in the registry) is for evaluating models that were
+never taught the answer format (a base model's baseline); RL rewards use the strict reading,
+which teaches the format. Both read after the last `</think>` (an unclosed `<think>` has no
+answer) and compare answers the same way; the lenient reading finds them, in this order:
+1. `<answer>` tags: as the strict reading does.
+2. Minerva's closing line, "The final answer is X. I hope it is correct." (math-verify's first
+   pattern): X, even when boxes come before it (intermediate results boxed along the way).
+3. `\\boxed{}` / `\\fbox{}`: as the strict reading does (every box is an answer).
+4. "Answer: ..." lines (the strict `answer_pattern`): each line as the strict reading takes it
+   when that is math (`Answer: 2^{10}`, no word of two letters or more outside LaTeX commands),
+   else math-verify's extraction from it ("Answer: The largest $n$ is 34." reads 34, "Answer: the
+   value is 7" reads 7), else the strict reading (`Answer: Monday`).
+5. Otherwise the whole text, by math-verify's extraction: its last math expression.
+math-verify's extraction is its own regexes in its own order, with both of its targets (LaTeX
+and plain numbers or expressions): patterns are tried by priority ("final answer ... is",
+"answer: ...", "answer ...", then any `$...$`, `\\(...\\)`, `\\[...\\]`, `$$...$$` or number);
+within the first priority that matches, the match ending last (then starting first) is the answer.
+Hedging still scores 0: every math span of that match is an answer (math-verify itself joins
+`$a$, $b$ and $c$` into one match), and so is every plain expression joined to it by "and",
+"or" or a comma alone (`5 or 6` is two answers); several Minerva lines or answer lines are
+several answers. What rlvr changes: the match's raw text, not math-verify's parse of it, is the
+answer, read like a strict answer (cleaning, limits, exact numbers, "1,22" a pair). math-verify's
+plain-expression parser (sympy's `parse_expr`, which evaluates Python) is never called.
+
+All of this runs in the verifier's worker process, inside one time limit with the comparison:
+the regexes scan model text of any length and not all of them run in linear time.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from itertools import groupby
+from typing import Any
+
+from rlvr.rewards.math_answer import (
+    NO_ANSWER,
+    Extraction,
+    answer_tags,
+    checked_answers,
+    extract_answers,
+    read_answers,
+)
+
+_CONNECTOR = re.compile(r"\s*(?:,|(?:,\s*)?(?:and|or))\s*", re.IGNORECASE)
+_TEXT = re.compile(r"\\(?:text|textbf|textnormal|textrm|mathrm|mbox)\s*\{[^{}]*\}")
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+_FUNCTION_WORDS = {"sqrt", "pi", "inf", "infinity", "sin", "cos", "tan", "log", "ln", "exp"}
+MINERVA_PRIORITY = 0  # math-verify's "final answer is X. I hope" patterns
+PLAIN_PRIORITY = 300  # math-verify's patterns without an anchor: any math span or number
+Span = tuple[int, int, str]  # start, end in the text, the answer text
+
+
+@lru_cache(maxsize=1)
+def extraction_patterns() -> list[tuple[Any, bool, int]]:
+    """(compiled pattern, whether it is a LaTeX one, priority) of math-verify's extraction,
+    lowest priority number (tried first) first."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+    from math_verify.parser import get_extraction_regexes
+
+    targets = get_extraction_regexes([LatexExtractionConfig(), ExprExtractionConfig()])
+    found = [
+        (p, isinstance(cfg, LatexExtractionConfig), prio)
+        for patterns, cfg in targets
+        for p, prio in patterns
+    ]
+    return sorted(found, key=lambda t: t[2])
+
+
+def _spans(match: re.Match, latex: bool) -> list[Span]:
+    """The answer texts of one math-verify match, with their places; a percent kept as `%`."""
+    groups = match.groupdict()
+    if latex:
+        out = []
+        for name, value in groups.items():
+            if value and "_latex" in name:
+                percent = "%" if groups.get(f"{name.split('_', 1)[0]}_percent") else ""
+                out.append((match.start(name), match.end(name), value + percent))
+        return out
+    parts = [n for n, v in groups.items() if v and n.startswith(("integer", "decimal", "expr"))]
+    if not parts:
+        return []
+    start, end = min(match.start(n) for n in parts), max(match.end(n) for n in parts)
+    return [(start, end, match.string[start:end] + ("%" if groups.get("percent") else ""))]
+
+
+def _joined(text: str, chosen: list[Span], plain: list[tuple[int, int, list[Span]]]) -> list[Span]:
+    """`chosen` plus the spans of every plain match that overlaps them or is joined to them by a
+    connector ("5 or 6", "$-2$ and $1$"), transitively; numbers inside an answer's own span
+    (the 3 of `$x \\geq 3$`) are part of it, not answers."""
+    spans = {(s, e): a for s, e, a in chosen}
+    lo, hi = min(s for s, _, _ in chosen), max(e for _, e, _ in chosen)
+    grown = True
+    while grown and len(spans) <= 64:
+        grown = False
+        for start, end, found in plain:
+            if lo <= start and end <= hi:
+                continue
+            overlaps = start < hi and end > lo
+            before = end <= lo and _CONNECTOR.fullmatch(text, end, lo)
+            after = start >= hi and _CONNECTOR.fullmatch(text, hi, start)
+            if overlaps or before or after:
+                spans.update({(s, e): a for s, e, a in found if not (lo <= s and e <= hi)})
+                lo, hi, grown = min(lo, start), max(hi, end), True
+    return [(s, e, spans[s, e]) for s, e in sorted(spans)]
+
+
+def extracted_spans(text: str) -> list[Span]:
+    """The answers math-verify's extraction finds in `text` (rules in the module docstring)."""
+    targets = extraction_patterns()
+    plain = []
+    for pattern, latex, prio in targets:
+        if prio == PLAIN_PRIORITY:
+            for m in pattern.finditer(text):
+                if found := _spans(m, latex):  # a LaTeX match with its delimiters
+                    start = m.start() if latex else min(s for s, _, _ in found)
+                    end = m.end() if latex else max(e for _, e, _ in found)
+                    plain.append((start, end, found))
+    for _, group in groupby(targets, key=lambda t: t[2]):
+        matches = [(m, latex) for pattern, latex, _ in group for m in pattern.finditer(text)]
+        matches.sort(key=lambda t: (t[0].end(), -t[0].start()), reverse=True)
+        for m, latex in matches[:1]:
+            if chosen := _spans(m, latex):
+                return _joined(text, chosen, plain)
+    return []
+
+
+def minerva_spans(text: str) -> list[Span]:
+    """The answers of every "final answer is X. I hope" line (math-verify's first patterns)."""
+    out = []
+    for pattern, latex, prio in extraction_patterns():
+        if prio == MINERVA_PRIORITY:
+            out.extend(span for m in pattern.finditer(text) for span in _spans(m, latex))
+    return sorted(out)
+
+
+def lenient_answers(
+    region: str, answer_pattern: str | None, max_answers: int = 4, max_answer_chars: int = 1000
+) -> Extraction:
+    """The final answers of `region` (the text after the last `</think>`) in the lenient reading
+    (rules in the module docstring)."""
+    tags = answer_tags(region)
+    if tags is None or tags:
+        return extract_answers(region, None, max_answers, max_answer_chars)
+    if minerva := minerva_spans(region):
+        return read_answers([a for _, _, a in minerva], max_answers, max_answer_chars)
+    strict = extract_answers(region, None, max_answers, max_answer_chars)  # boxes
+    if strict.problem != NO_ANSWER:
+        return strict
+    lines = [m.group(1) for m in re.finditer(answer_pattern, region)] if answer_pattern else []
+    if not lines:
+        spans = extracted_spans(region)
+        return read_answers([a for _, _, a in spans], max_answers, max_answer_chars)
+    answers: dict[str, None] = {}  # distinct, in order
+    for line in lines:
+        found = _read_line(line, max_answers, max_answer_chars)
+        if found.problem:
+            return found
+        answers.update(dict.fromkeys(found.answers))
+        if len(answers) > max_answers:
+            break
+    return checked_answers(list(answers), max_answers)
+
+
+def _read_line(line: str, max_answers: int, max_answer_chars: int) -> Extraction:
+    """An answer line: the strict reading when that is math (`Answer: 2^{10}`), else
+    math-verify's extraction from it (`Answer: the value is 7`, `The largest $n$ is 34`), else
+    the strict reading (`Answer: Monday`)."""
+    strict = read_answers([line], max_answers, max_answer_chars)
+    if len(line) > max_answer_chars or not strict.problem and all(map(_is_math, strict.answers)):
+        return strict
+    if spans := extracted_spans(line):
+        return read_answers([a for _, _, a in spans], max_answers, max_answer_chars)
+    return strict
+
+
+def _is_math(answer: str) -> bool:
+    """No word of two letters or more outside LaTeX commands and \\text{} (`2^{10}`, `x = 5`,
+    `\\frac{3}{4}`, `5 \\text{ cm}`, `sqrt(2)`; not `the value is 7`)."""
+    text = _TEXT.sub(" ", answer)
+    return not any(w.lower() not in _FUNCTION_WORDS for w in _WORD.findall(text))
