@@ -1,7 +1,12 @@
-"""Rollout throughput: FastEngine vs HFEngine vs transformers `model.generate`, tokens/s.
+"""Rollout throughput: FastEngine vs HFEngine vs vLLM vs transformers `model.generate`, tokens/s.
 
     python benchmarks/rollout_speed.py                       # the embedded model
-    python benchmarks/rollout_speed.py --model DIR [--gguf-file F] --batch 8 16 32
+    python benchmarks/rollout_speed.py --model DIR [--gguf-file F] --batch 8 16 64
+
+`vllm` runs when vLLM is installed (scripts/install_vllm_cpu.sh on a CPU) and is skipped, with
+`"vllm": "not installed"` in the JSON, otherwise. All methods run in this process with the same
+thread count (`--threads`); vLLM in-process (`rlvr.rollout.vllm_engine`), its KV cache
+`--vllm-kv-cache-gb`. Ratios printed per batch size: `fast_vs_<method>` and `vllm_vs_generate`.
 
 For each batch size B, every method generates `--waves` x B rows (B / group prompts x `--group`
 samples, prompt-major) with B sequences decoding concurrently: the engines with
@@ -47,6 +52,23 @@ def time_engine(engine, prompts, group, sampling, seed) -> tuple[float, float, i
     return time.perf_counter() - wall, time.process_time() - cpu, tokens
 
 
+class InWaves:
+    """An engine called with `prompts_per_call` prompts at a time, so that at most that many
+    prompts x group sequences decode concurrently (vLLM schedules all rows of one call)."""
+
+    def __init__(self, engine, prompts_per_call: int) -> None:
+        self.engine, self.prompts_per_call = engine, prompts_per_call
+
+    def generate(self, prompts, group, sampling, generator):
+        from rlvr.rollout import concat_batches
+
+        parts = []
+        for first in range(0, len(prompts), self.prompts_per_call):
+            chunk = prompts[first : first + self.prompts_per_call]
+            parts.append((first, self.engine.generate(chunk, group, sampling, generator)))
+        return concat_batches(parts)
+
+
 def time_generate(model, tokenizer, prompts, group, batch_size, sampling, eos_ids, seed):
     rows = [p for p in prompts for _ in range(group)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
@@ -83,7 +105,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs (after a warm-up)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--methods", nargs="+", default=["fast", "hf", "generate"])
+    parser.add_argument("--methods", nargs="+", default=["fast", "hf", "generate", "vllm"])
+    parser.add_argument("--vllm-kv-cache-gb", type=float, default=1.0)
     parser.add_argument("--compile", action="store_true", help="FastEngine(compile=True)")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
@@ -95,6 +118,19 @@ def main() -> None:
         path, gguf_file=args.gguf_file, dtype=torch.float32
     ).eval()
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
+    methods = list(args.methods)
+    vllm_engine = None
+    if "vllm" in methods:
+        try:
+            from rlvr.rollout.vllm_engine import VLLMEngine, import_vllm
+
+            import_vllm()
+            vllm_engine = VLLMEngine(
+                model, tokenizer, max_batch_size=max(args.batch), kv_cache_gb=args.vllm_kv_cache_gb
+            )
+        except Exception as e:  # noqa: BLE001 - reported in the output, the rest still runs
+            methods.remove("vllm")
+            print(json.dumps({"vllm": f"not run: {str(e).splitlines()[0]}"}), flush=True)
     results = []
     for batch_size in args.batch:
         if batch_size % args.group:
@@ -111,9 +147,11 @@ def main() -> None:
             ),
             "hf": HFEngine(model, tokenizer, max_batch_size=batch_size),
         }
+        if vllm_engine is not None:  # one engine (building one costs seconds), B rows a call
+            engines["vllm"] = InWaves(vllm_engine, batch_size // args.group)
         eos_ids = set(engines["hf"].eos_token_ids)
         row = {"batch": batch_size, "rows": len(prompts) * args.group}
-        for method in args.methods:
+        for method in methods:
             total = [0.0, 0.0, 0]  # wall s, CPU s, tokens
             for repeat in range(args.repeats + 1):  # repeat 0 warms up (and compiles, if any)
                 if method == "generate":
@@ -126,13 +164,17 @@ def main() -> None:
                     total = [a + b for a, b in zip(total, measured, strict=True)]
             row[f"{method}_tok_s"] = round(total[2] / total[0], 1)
             row[f"{method}_tok_cpu_s"] = round(total[2] / total[1], 1)
-        for method in ("hf", "generate"):
-            if "fast" in args.methods and method in args.methods:
+        for first, second in (
+            ("fast", "hf"),
+            ("fast", "generate"),
+            ("fast", "vllm"),
+            ("vllm", "generate"),
+        ):
+            if first in methods and second in methods:
                 for unit in ("tok_s", "tok_cpu_s"):
-                    ratio = row[f"fast_{unit}"] / row[f"{method}_{unit}"]
-                    row[f"fast_vs_{method}" + ("_cpu" if unit == "tok_cpu_s" else "")] = round(
-                        ratio, 2
-                    )
+                    ratio = row[f"{first}_{unit}"] / row[f"{second}_{unit}"]
+                    suffix = "_cpu" if unit == "tok_cpu_s" else ""
+                    row[f"{first}_vs_{second}{suffix}"] = round(ratio, 2)
         results.append(row)
         print(json.dumps(row), flush=True)
     if args.json:
