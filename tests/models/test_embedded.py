@@ -126,7 +126,7 @@ def test_missing_weights_are_built_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(build, "main", lambda argv: calls.append(argv))
     path = embedded_model_path()
     assert path == tmp_path / ".cache" / "rlvr" / f"embedded-{embedded.EMBEDDED_MODEL_VERSION}"
-    assert calls == [["--out", str(path)]]
+    assert calls == [["--out", str(path), "--set", "head_dim=32"]]  # as the shipped base
     small = embedded_model_path("small")
     version = embedded.EMBEDDED_MODEL_VERSION
     assert small == tmp_path / ".cache" / "rlvr" / f"embedded-small-{version}"

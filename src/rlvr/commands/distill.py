@@ -7,7 +7,7 @@ The built-in `distill` pipeline (src/rlvr/pipeline/recipes/distill.yaml): stage 
 samples k completions per training prompt from the teacher and keeps the verified-correct,
 well-formed reasoning traces (one per prompt); stage `student_sft` fine-tunes the student on
 them. The table compares teacher, student before and student after on the same held-out
-problems, with parameter counts. Defaults: teacher = embedded (0.53M parameters), student =
+problems, with parameter counts. Defaults: teacher = embedded (0.67M parameters), student =
 embedded-small (0.14M). Stage settings take overrides, e.g. traces.sampling.k=16.
 """
 

@@ -1,6 +1,7 @@
 """The embedded models: tiny Llamas pretrained on 3-digit addition, shipped in the package.
 
-- `base/` (model name "embedded"): 0.53M parameters, the model `rlvr train` starts from.
+- `base/` (model name "embedded"): 0.67M parameters (8 heads of 32 over hidden 128), the model
+  `rlvr train` starts from.
 - `small/` ("embedded-small"): 0.14M parameters (hidden 64, 4 heads), pretrained the same way;
   the default student of `rlvr distill`, smaller than its teacher.
 
@@ -13,11 +14,11 @@ import sys
 from pathlib import Path
 
 EMBEDDED_MODEL_NAME = "embedded:addition"
-EMBEDDED_MODEL_VERSION = "1"
+EMBEDDED_MODEL_VERSION = "2"  # 2: heads of 32 (vLLM's CPU kernels need >= 32), was 8 x 16
 _HERE = Path(__file__).resolve().parent
 # variant -> build.py arguments beyond --out (the shipped weights were built with exactly these)
 VARIANTS: dict[str, list[str]] = {
-    "base": [],
+    "base": ["--set", "head_dim=32"],
     "small": ["--threads", "1"]
     + ["--set", "hidden_size=64", "--set", "intermediate_size=256", "--set", "num_heads=4"],
 }
