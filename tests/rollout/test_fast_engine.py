@@ -433,8 +433,8 @@ def test_engines_are_built_by_their_config_name(tiny_llama, char_tokenizer):
     fast = build_engine("fast", tiny_llama, char_tokenizer, max_batch_size=3)
     assert isinstance(fast, FastEngine) and fast.max_batch_size == 3
     assert isinstance(build_engine("hf", tiny_llama, char_tokenizer), HFEngine)
-    with pytest.raises(ConfigError, match=r"rollout.engine: unknown engine 'vllm'.*'fast'"):
-        build_engine("vllm", tiny_llama, char_tokenizer)
+    with pytest.raises(ConfigError, match=r"rollout.engine: unknown engine 'sglang'.*'fast'"):
+        build_engine("sglang", tiny_llama, char_tokenizer)
 
 
 # -- oneDNN-packed weights -------------------------------------------------------------------

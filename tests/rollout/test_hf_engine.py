@@ -39,17 +39,18 @@ class EosAfterPosition(torch.nn.Module):
         self.generation_config = model.generation_config
         self.training_flags: list[bool] = []
 
-    def forward(
-        self, input_ids, attention_mask, position_ids, cache=None, use_cache=True, logits_to_keep=0
-    ):
+    def get_base_model(self):
+        """The engine reads the wrapped model's signature (its KV-cache keyword is `cache` in
+        newer transformers, `past_key_values` in older ones) as it does for a peft wrapper."""
+        return self.model
+
+    def forward(self, input_ids, attention_mask, position_ids, **kwargs):
         self.training_flags.append(self.model.training)
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=cache,
-            use_cache=use_cache,
-            logits_to_keep=logits_to_keep,
+            **kwargs,
         )
         late = position_ids[:, -out.logits.shape[1] :] >= self.position
         out.logits[..., self.eos_id] += 1e4 * late

@@ -85,8 +85,10 @@ def _update(trainer: GRPOTrainer, scored: ScoredRollouts):
 def _assert_same_update(on, off) -> None:
     (s_on, a_on, g_on, w_on, _), (s_off, a_off, g_off, w_off, _) = on, off
     assert torch.equal(a_on, a_off)
+    # fp32 sums in another order: a gradient norm of ~1600 (padded, two epochs) moved by 3e-5
+    # relative under transformers 5.19's attention path
     for key in ("loss", "grad_norm", "advantage_abs_mean"):
-        assert math.isclose(s_on[key], s_off[key], rel_tol=1e-5, abs_tol=1e-6), key
+        assert math.isclose(s_on[key], s_off[key], rel_tol=1e-4, abs_tol=1e-6), key
     assert g_on.keys() == g_off.keys()
     for name, g in g_off.items():
         torch.testing.assert_close(g_on[name], g, rtol=1e-4, atol=1e-6, msg=name)

@@ -63,12 +63,19 @@ CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 def import_vllm() -> Any:
-    """The `vllm` module, or a one-line UserError naming the fix."""
+    """The `vllm` module, or a one-line UserError naming the fix. vLLM's own log lines are
+    warnings and errors only, unless VLLM_LOGGING_LEVEL says otherwise (its INFO lines, a
+    screenful per engine, would bury the run's progress)."""
+    level = os.environ.get("VLLM_LOGGING_LEVEL")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # read once, when vLLM is imported
     try:
         with _isolated():
             import vllm
     except ImportError as e:
         raise UserError(f"rollout.engine=vllm needs vLLM ({e}): {INSTALL_HINT}") from None
+    finally:
+        if level is None:
+            os.environ.pop("VLLM_LOGGING_LEVEL", None)
     return vllm
 
 
