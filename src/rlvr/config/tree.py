@@ -39,7 +39,7 @@ class ModelConfig:
     name_or_path: str = _f(
         "embedded",
         "HF causal LM: a local directory or a hub id; 'embedded' is the built-in tiny base "
-        "model, 'embedded-small' its 4x smaller sibling",
+        "model, 'embedded-small' its 4x smaller sibling, 'embedded-tools' the tool-calling one",
     )
     dtype: str = _f(
         "auto",
@@ -71,7 +71,7 @@ class DataConfig:
         "addition",
         "built-in procedural task (addition, arithmetic, countdown), 'gym' for a reasoning-gym "
         "generator (the 'gym' extra), or 'dataset' to read data.path; see docs/tasks.md",
-        choices=["addition", "arithmetic", "countdown", "gym", "dataset"],
+        choices=["addition", "arithmetic", "countdown", "multiplication", "gym", "dataset"],
     )
     digits: int = _f(3, "operand digits of the addition task", ge=1, le=12)
     level: int = _f(1, "arithmetic: difficulty level to start at (1-8, docs/tasks.md)", ge=1, le=8)

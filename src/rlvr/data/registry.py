@@ -41,6 +41,11 @@ def _build_task(cfg: DataConfig) -> Any:
             promote_window=cfg.promote_window,
             seed=cfg.seed,
         )
+    if cfg.task == "multiplication":
+        from rlvr.data.tasks.multiplication import MultiplicationTask
+
+        # 3 x 2 digits, what embedded-tools was pretrained on; data.digits is addition's key
+        return MultiplicationTask(seed=cfg.seed)
     if cfg.task == "countdown":
         from rlvr.data.tasks.countdown import CountdownTask
 

@@ -1,12 +1,31 @@
 """Exact-answer verifier for integer answers, with strict extraction of one final answer.
 
-A completion is either a direct answer (`632`) or a reasoning trace followed by the answer
-(`<think>...</think>632`). Extraction is strict on purpose: a policy under RL will find any
-leniency (hedging with two numbers, never closing `<think>`, writing prose around the answer),
-so anything that is not exactly one integer after at most one complete think block scores 0.
+A completion is a direct answer (`632`), a reasoning trace followed by the answer
+(`<think>...</think>632`), or tool calls followed by the answer: zero or more complete pairs of
+a python call and the environment's output, then the answer::
+
+    <python>print(347*28)</python><output>9716\n</output>9716
+
+optionally after one leading think block. Extraction is strict on purpose: a policy under RL
+will find any leniency (hedging with two numbers, never closing `<think>`, writing prose around
+the answer, leaving the answer inside a tool's output), so anything that is not exactly one
+integer after at most one complete think block and complete tool pairs scores 0.
+
+Grammar (whitespace = Python's str.strip() set):
+
+    completion := ws [THINK ws] (CALL ws OUTPUT ws)* INTEGER ws
+    THINK      := "<think>" text "</think>"        text without <think>
+    CALL       := "<python>" body "</python>"      body without any of the six tags
+    OUTPUT     := "<output>" body "</output>"
+    INTEGER    := -?[0-9]+
 
 Decisions:
-- Whitespace around the answer and before `<think>` is ignored; whitespace inside it is not.
+- Whitespace around the answer, before `<think>` and between blocks is ignored; whitespace
+  inside the answer is not. Any other text between blocks is malformed.
+- Every output block must follow a call, every call must be followed by its output, and the
+  answer must come after the last output: an answer that appears only inside an output block,
+  an unclosed block, a stray closing tag, or a tag inside a call or an output (e.g. a program
+  that prints `</output>`) gives None. Tool tags inside the think block are plain text.
 - Leading zeros are accepted (`0632` == `632`): answers are compared as integers, and the
   embedded model's direct answers are fixed-width, so `052` is a legitimate integer answer.
   The comparison works on normalised decimal digits (sign, no leading zeros, `-0` == `0`), so
@@ -15,8 +34,8 @@ Decisions:
   of any length); a missing or other answer is a DataError naming the sample, not a 0 reward.
 - A leading `+` is not an integer here (regex `^-?[0-9]+$`, ASCII digits only).
 - The completion text must not contain the EOS token's text (decode without the final EOS, or
-  with skip_special_tokens=True: `<think>`/`</think>` are non-special added tokens in the
-  embedded tokenizer and survive that).
+  with skip_special_tokens=True: `<think>`/`</think>` and the tool tags are non-special added
+  tokens in the embedded tokenizers and survive that).
 """
 
 from __future__ import annotations
@@ -29,6 +48,11 @@ from rlvr.errors import DataError
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+PYTHON_OPEN = "<python>"  # a tool call: generation stops at PYTHON_CLOSE, the code is run
+PYTHON_CLOSE = "</python>"
+OUTPUT_OPEN = "<output>"  # the environment's observation: what the code printed
+OUTPUT_CLOSE = "</output>"
+_TOOL_TAGS = (THINK_OPEN, THINK_CLOSE, PYTHON_OPEN, PYTHON_CLOSE, OUTPUT_OPEN, OUTPUT_CLOSE)
 _INTEGER = re.compile(r"-?[0-9]+")
 _SIGNED_INTEGER = re.compile(r"[+-]?[0-9]+")
 _CHUNK_DIGITS = 4000  # under Python's default int <-> str digit limit (4300)
@@ -37,18 +61,45 @@ _CHUNK_DIGITS = 4000  # under Python's default int <-> str digit limit (4300)
 def extract_final_answer(completion: str) -> str | None:
     """The single integer a completion answers with, or None.
 
-    The answer is the text after a complete leading `<think>...</think>` block if there is one,
-    else the whole completion, stripped of surrounding whitespace; it must match ^-?[0-9]+$.
-    None for: no answer, several numbers or any other text, an unclosed `<think>`, a stray
-    `</think>`, a think block that does not start the completion, or more than one think block.
+    After an optional complete leading `<think>...</think>` block and zero or more complete
+    `<python>...</python><output>...</output>` pairs, the rest, stripped of surrounding
+    whitespace, must match ^-?[0-9]+$ (the module docstring has the grammar). None for: no
+    answer, several numbers or any other text, an unclosed `<think>`, a stray `</think>`, a
+    think block that does not start the completion, more than one think block, an unclosed or
+    unpaired tool block, text between blocks, or an answer before the last output.
     """
     text = completion.strip()
-    opens, closes = text.count(THINK_OPEN), text.count(THINK_CLOSE)
-    if opens or closes:
-        if opens != 1 or closes != 1 or not text.startswith(THINK_OPEN):
+    if text.startswith(THINK_OPEN):
+        think = _split_block(text, THINK_OPEN, THINK_CLOSE)
+        if think is None or THINK_OPEN in think[0]:
             return None
-        text = text.split(THINK_CLOSE, 1)[1].strip()
+        text = think[1].lstrip()
+    if THINK_OPEN in text or THINK_CLOSE in text:
+        return None
+    while text.startswith(PYTHON_OPEN):
+        call = _split_block(text, PYTHON_OPEN, PYTHON_CLOSE)
+        if call is None or _has_tag(call[0]):
+            return None
+        output = _split_block(call[1].lstrip(), OUTPUT_OPEN, OUTPUT_CLOSE)
+        if output is None or _has_tag(output[0]):
+            return None
+        text = output[1].lstrip()
+    text = text.rstrip()
     return text if _INTEGER.fullmatch(text) else None
+
+
+def _split_block(text: str, open_tag: str, close_tag: str) -> tuple[str, str] | None:
+    """(body, rest) when `text` starts with a complete open_tag...close_tag block, else None."""
+    if not text.startswith(open_tag):
+        return None
+    end = text.find(close_tag, len(open_tag))
+    if end < 0:
+        return None
+    return text[len(open_tag) : end], text[end + len(close_tag) :]
+
+
+def _has_tag(body: str) -> bool:
+    return any(tag in body for tag in _TOOL_TAGS)
 
 
 def exact_answer_reward(completion: str, sample: Mapping[str, Any]) -> float:
@@ -104,3 +155,8 @@ def _int_text(value: int) -> str:
 def is_reasoning(completion: str) -> bool:
     """True if the completion opens a `<think>` block (after optional whitespace)."""
     return completion.lstrip().startswith(THINK_OPEN)
+
+
+def calls_tool(completion: str) -> bool:
+    """True if the completion opens a `<python>` tool call anywhere."""
+    return PYTHON_OPEN in completion
