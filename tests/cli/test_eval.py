@@ -104,9 +104,11 @@ def test_lenient_accuracy_sits_beside_accuracy_when_reported():
 
 def test_strict_and_lenient_accuracy_of_the_same_greedy_completions():
     pytest.importorskip("math_verify")
-    from types import SimpleNamespace
+
+    import torch
 
     from rlvr.rewards.math import math_reward
+    from rlvr.rollout import RolloutBatch
     from rlvr.training.evaluate import evaluate
 
     greedy = [
@@ -117,13 +119,15 @@ def test_strict_and_lenient_accuracy_of_the_same_greedy_completions():
     ]
 
     class Engine:
-        def generate(self, prompts, n, sampling, generator=None):
+        def generate(self, prompts, n, sampling, generator=None, samples=None):
             texts = greedy if sampling.temperature == 0.0 else [t for t in greedy for _ in range(n)]
-            return SimpleNamespace(
+            return RolloutBatch(
+                prompt_ids=[torch.tensor([1]) for _ in texts],
+                completion_ids=[torch.ones(len(t), dtype=torch.long) for t in texts],
                 completion_text=texts,
+                logprobs=[torch.zeros(len(t)) for t in texts],
+                finish_reason=["eos"] * len(texts),
                 prompt_index=[i for i in range(len(greedy)) for _ in range(len(texts) // 4)],
-                completion_lengths=[len(t) for t in texts],
-                truncated=[False] * len(texts),
             )
 
     samples = [{"prompt": "2+2", "answer": "4"}] * 4

@@ -1,10 +1,9 @@
 """evaluate(): default keys unchanged; with k > 0, pass@k / maj@k / per-source / budgets."""
 
-from types import SimpleNamespace
-
 import pytest
+import torch
 
-from rlvr.rollout import HFEngine
+from rlvr.rollout import HFEngine, RolloutBatch
 from rlvr.training.evaluate import evaluate
 
 BASE_KEYS = {
@@ -85,17 +84,19 @@ class _ScriptedEngine:
     def __init__(self, greedy, sampled):
         self.greedy, self.sampled = greedy, sampled
 
-    def generate(self, prompts, n, sampling, generator=None):
+    def generate(self, prompts, n, sampling, generator=None, samples=None):
         if sampling.temperature == 0.0:
             texts = [[t] for t in self.greedy]
         else:
             texts = [rows[:n] for rows in self.sampled]
         flat = [t for rows in texts for t in rows]
-        return SimpleNamespace(
+        return RolloutBatch(  # one token per character: completion length = len(text)
+            prompt_ids=[torch.tensor([1]) for _ in flat],
+            completion_ids=[torch.ones(len(t), dtype=torch.long) for t in flat],
             completion_text=flat,
+            logprobs=[torch.zeros(len(t)) for t in flat],
+            finish_reason=["eos"] * len(flat),
             prompt_index=[i for i, rows in enumerate(texts) for _ in rows],
-            completion_lengths=[len(t) for t in flat],
-            truncated=[False] * len(flat),
         )
 
 

@@ -8,6 +8,7 @@ from the tree's module (`rlvr.config.tree` calls it), so `cfg` is typed loosely.
 
 from __future__ import annotations
 
+import dataclasses
 import string
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -95,6 +96,11 @@ def validate(cfg: Config) -> None:
             f"algorithm.clip_cov_lb: must be <= algorithm.clip_cov_ub = "
             f"{cfg.algorithm.clip_cov_ub}, got {cfg.algorithm.clip_cov_lb}"
         )
+    if cfg.environment.name and cfg.distributed.ray:
+        raise ConfigError(
+            "environment.name: multi-turn rollouts run in the learner's process; "
+            "set distributed.ray=false (Ray rollout actors are single-turn)"
+        )
     cfg.data.validate()
     validate_model(cfg.model)
 
@@ -139,6 +145,11 @@ def check_template(template: str, key: str = "data.prompt_template") -> list[str
 
 # ---------------------------------------------------------------------------------------------
 # Options without effect
+
+
+def fields_of(section: Any) -> list[str]:
+    """The leaf names of a config section other than `name`."""
+    return [f.name for f in dataclasses.fields(section) if f.name != "name"]
 
 
 def _show(value: Any) -> str:
@@ -200,6 +211,13 @@ def config_warnings(cfg: Config) -> list[str]:
             "vllm_sleep",
         ):
             unused(f"rollout.{name}", f"rollout.engine={cfg.rollout.engine}")
+    env = cfg.environment
+    if not env.name:
+        for name in fields_of(env):
+            unused(f"environment.{name}", "environment.name is unset: rollouts are single-turn")
+    elif env.name != "python":
+        for name in ("format", "memory_mb", "max_output_chars"):
+            unused(f"environment.{name}", f"it configures the built-in python tool, not {env.name}")
     if cfg.rollout.temperature == 0:
         for name in ("top_p", "top_k"):
             unused(f"rollout.{name}", "rollout.temperature=0 decodes greedily")

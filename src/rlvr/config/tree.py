@@ -409,6 +409,27 @@ class DistributedConfig:
 
 
 @dataclass
+class EnvironmentConfig:
+    name: str = _f(
+        "",
+        "multi-turn rollouts: '' = none (single-turn), 'python' = a sandboxed python tool the "
+        "model calls mid-reasoning, or a user environment 'module:Class' / 'file.py:Class' "
+        "(docs/guides/tools.md)",
+    )
+    max_turns: int = _f(4, "model turns per completion (tool calls + 1)", ge=1)
+    format: str = _f(
+        "tags",
+        "python tool call format: tags (<python>..</python> -> <output>..</output>), fenced "
+        "(```python blocks), hermes (<tool_call> JSON, output as a chat tool message)",
+        choices=["tags", "fenced", "hermes"],
+    )
+    timeout_s: float = _f(5.0, "python tool: wall-clock limit per call, seconds", gt=0.0)
+    memory_mb: int = _f(256, "python tool: address-space limit per process, MB", ge=32)
+    max_output_chars: int = _f(1000, "python tool: output shown to the model, characters", ge=16)
+    workers: int = _f(4, "environment steps (tool calls) run at once", ge=1)
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -421,6 +442,7 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
 
     def validate(self) -> None:
         """The checks across sections (`rlvr.config.checks.validate`)."""

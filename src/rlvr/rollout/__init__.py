@@ -3,7 +3,14 @@
 from rlvr.rollout.engines import ENGINES, build_engine
 from rlvr.rollout.fast_engine import FastEngine
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.rollout.types import RolloutBatch, Round, SamplingParams, concat_batches
+from rlvr.rollout.types import (
+    RolloutBatch,
+    Round,
+    SamplingParams,
+    ToolRecord,
+    concat_batches,
+    take_rows,
+)
 
 __all__ = [
     "ENGINES",
@@ -13,5 +20,7 @@ __all__ = [
     "Round",
     "SamplingParams",
     "build_engine",
+    "ToolRecord",
     "concat_batches",
+    "take_rows",
 ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -166,6 +167,7 @@ class FastEngine:
         sampling: SamplingParams,
         generator: torch.Generator | None = None,
         first_row: int = 0,
+        samples: Sequence[Mapping[str, Any]] | None = None,
     ) -> RolloutBatch:
         """Sample `n` completions per prompt; rows of one prompt are contiguous.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -107,6 +108,7 @@ class HFEngine:
         sampling: SamplingParams,
         generator: torch.Generator | None = None,
         first_row: int = 0,
+        samples: Sequence[Mapping[str, Any]] | None = None,
     ) -> RolloutBatch:
         """Sample `n` completions per prompt; rows of one prompt are contiguous.
 
@@ -116,6 +118,8 @@ class HFEngine:
         first_row: global index of this call's first row, for callers that split one batch
             across calls (data-parallel ranks, Ray workers): row r's draws depend only on the
             seed and first_row + r.
+        samples: the samples the prompts come from; a single-turn engine does not read them
+            (the engine interface carries them for multi-turn rollouts' environments).
         Returned tensors are on the CPU. The model runs in eval mode under torch.no_grad and
         its training flag is restored afterwards.
         """

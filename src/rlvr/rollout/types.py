@@ -40,6 +40,13 @@ class RolloutBatch:
         temperature, top-k and top-p). For greedy decoding it is the log-softmax of the raw logits.
     finish_reason[i]: "eos" (stopped at an EOS token), "stop" (a stop string appeared) or
         "length" (hit max_new_tokens: truncated).
+
+    Multi-turn rollouts (rlvr.rollout.multi_turn) also fill:
+    loss_masks[i]: 1-D float tensor, same length as completion_ids[i]: 1 on tokens the policy
+        sampled, 0 on tokens an environment inserted (tool output, chat-template turn markers).
+        Their log-probs are 0 and they never enter the loss, the KL or a length normaliser.
+        None (the single-turn case) means every completion token was sampled.
+    tools[i]: what the row's environment did (`ToolRecord`).
     """
 
     prompt_ids: list[torch.Tensor]
@@ -49,11 +56,13 @@ class RolloutBatch:
     finish_reason: list[str]
     prompt_index: list[int]
     group_ids: torch.Tensor = field(default=None)  # type: ignore[assignment]
+    loss_masks: list[torch.Tensor] | None = None
+    tools: list[ToolRecord] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.completion_ids)
-        for name in ("prompt_ids", "completion_text", "logprobs", "finish_reason", "prompt_index"):
-            if len(getattr(self, name)) != n:
+        for name in ROW_FIELDS[1:] + OPTIONAL_ROW_FIELDS:
+            if getattr(self, name) is not None and len(getattr(self, name)) != n:
                 raise ValueError(
                     f"RolloutBatch.{name} has {len(getattr(self, name))} rows, expected {n}"
                 )
@@ -69,7 +78,61 @@ class RolloutBatch:
 
     @property
     def completion_lengths(self) -> list[int]:
-        return [int(c.numel()) for c in self.completion_ids]
+        """Tokens the policy sampled in each completion (inserted observation tokens excluded):
+        the length every metric, length penalty and budget reads."""
+        if self.loss_masks is None:
+            return [int(c.numel()) for c in self.completion_ids]
+        return [int(m.sum()) for m in self.loss_masks]
+
+    def rewards_with_env(self, rewards: list[float]) -> list[float]:
+        """`rewards` (the verifier's, row-aligned) with each reward an environment gave in
+        its place."""
+        if self.tools is None:
+            return rewards
+        return [r if t.env_reward is None else t.env_reward for r, t in zip(rewards, self.tools)]
+
+    def take(self, rows: list[int], prompt_index: list[int]) -> RolloutBatch:
+        """The batch of `rows` (in that order), with the given prompt_index."""
+        return take_rows([(self, r) for r in rows], prompt_index)
+
+
+@dataclass(frozen=True)
+class ToolRecord:
+    """One multi-turn row: its environment's tool calls (errors and timeouts among them, and
+    the seconds they took), the model turns it had, the reward the environment gave at the
+    end (None: the verifier scores the transcript), and the transcript as (who, text) parts,
+    who being "model" (sampled) or "env" (inserted), in order."""
+
+    calls: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    seconds: float = 0.0
+    turns: int = 1
+    env_reward: float | None = None
+    transcript: tuple[tuple[str, str], ...] = ()
+
+
+# Every per-row field of a RolloutBatch (prompt_index last: callers renumber it), then the
+# optional ones (None when no row has them).
+ROW_FIELDS = (
+    "completion_ids",
+    "prompt_ids",
+    "completion_text",
+    "logprobs",
+    "finish_reason",
+    "prompt_index",
+)
+OPTIONAL_ROW_FIELDS = ("loss_masks", "tools")
+
+
+def take_rows(rows: list[tuple[RolloutBatch, int]], prompt_index: list[int]) -> RolloutBatch:
+    """One batch of the given (batch, row) pairs, in order, renumbered with `prompt_index`;
+    optional per-row fields are kept when every source batch has them."""
+    fields = {name: [getattr(b, name)[i] for b, i in rows] for name in ROW_FIELDS[:-1]}
+    for name in OPTIONAL_ROW_FIELDS:
+        if rows and all(getattr(b, name) is not None for b, _ in rows):
+            fields[name] = [getattr(b, name)[i] for b, i in rows]
+    return RolloutBatch(**fields, prompt_index=prompt_index)
 
 
 @dataclass
@@ -88,11 +151,7 @@ class Round:
 def concat_batches(parts: list[tuple[int, RolloutBatch]]) -> RolloutBatch:
     """One batch from batches of consecutive prompt ranges, given as (index of the part's first
     prompt in the whole list, part) in order; prompt_index becomes the index in the whole list."""
-    return RolloutBatch(
-        prompt_ids=[p for _, b in parts for p in b.prompt_ids],
-        completion_ids=[c for _, b in parts for c in b.completion_ids],
-        completion_text=[t for _, b in parts for t in b.completion_text],
-        logprobs=[lp for _, b in parts for lp in b.logprobs],
-        finish_reason=[r for _, b in parts for r in b.finish_reason],
-        prompt_index=[first + i for first, b in parts for i in b.prompt_index],
+    return take_rows(
+        [(b, i) for _, b in parts for i in range(len(b))],
+        [first + i for first, b in parts for i in b.prompt_index],
     )

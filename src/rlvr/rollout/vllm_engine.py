@@ -241,6 +241,7 @@ class VLLMEngine:
         sampling: SamplingParams,
         generator: torch.Generator | None = None,
         first_row: int = 0,
+        samples: Sequence[Mapping[str, Any]] | None = None,
     ) -> RolloutBatch:
         """Sample `n` completions per prompt; rows of one prompt are contiguous (see
         HFEngine.generate for the arguments). A prompt's draws depend only on the call's seed

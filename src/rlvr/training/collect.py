@@ -23,7 +23,7 @@ import torch
 from rlvr.algorithms import zero_variance_groups
 from rlvr.config import Config
 from rlvr.rewards.length import overlong_penalties
-from rlvr.rollout import RolloutBatch, Round
+from rlvr.rollout import RolloutBatch, Round, take_rows
 from rlvr.training.rollouts import RolloutSource
 
 
@@ -95,13 +95,8 @@ def collect(
         kept = [(len(rounds) - 1, j) for j in range(want)]
     rows = [(r, j * g + k) for r, j in kept for k in range(g)]
     batches = [result.batch for result, _, _ in rounds]
-    merged = RolloutBatch(
-        prompt_ids=[batches[r].prompt_ids[i] for r, i in rows],
-        completion_ids=[batches[r].completion_ids[i] for r, i in rows],
-        completion_text=[batches[r].completion_text[i] for r, i in rows],
-        logprobs=[batches[r].logprobs[i] for r, i in rows],
-        finish_reason=[batches[r].finish_reason[i] for r, i in rows],
-        prompt_index=[gi for gi in range(len(kept)) for _ in range(g)],
+    merged = take_rows(
+        [(batches[r], i) for r, i in rows], [gi for gi in range(len(kept)) for _ in range(g)]
     )
     return ScoredRollouts(
         merged,

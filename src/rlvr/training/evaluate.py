@@ -40,6 +40,9 @@ def evaluate(
     mean_length_greedy  the same for the greedy completions
     truncated_fraction  fraction of temperature-1 completions cut at max_new_tokens
     n                   number of problems
+    tool_call_fraction  multi-turn rollouts (an environment): fraction of the temperature-1
+                        completions with at least one tool call; also tool_calls_mean,
+                        turns_mean, and the three again for the greedy completions (_greedy)
     accuracy_<name>     for each (name, verifier) of `readings`: greedy accuracy under that
                         verifier (`rlvr eval` passes {"lenient": math_lenient} for math tasks)
 
@@ -67,7 +70,10 @@ def evaluate(
         return {"n": 0}
     num_t1 = max(k, t1_samples) if k > 0 else t1_samples
     greedy = engine.generate(
-        list(prompt_ids), 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+        list(prompt_ids),
+        1,
+        SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
+        samples=samples,
     )
     # The generator must live on the model's device (CPU: identical to a default generator).
     gen = torch.Generator(device=getattr(engine, "device", "cpu")).manual_seed(seed)
@@ -76,13 +82,14 @@ def evaluate(
         num_t1,
         SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens),
         generator=gen,
+        samples=samples,
     )
-    greedy_rewards = [
-        verifier(t, samples[i]) for t, i in zip(greedy.completion_text, greedy.prompt_index)
-    ]
-    t1_rewards = [
-        verifier(t, samples[i]) for t, i in zip(sampled.completion_text, sampled.prompt_index)
-    ]
+    greedy_rewards = greedy.rewards_with_env(
+        [verifier(t, samples[i]) for t, i in zip(greedy.completion_text, greedy.prompt_index)]
+    )
+    t1_rewards = sampled.rewards_with_env(
+        [verifier(t, samples[i]) for t, i in zip(sampled.completion_text, sampled.prompt_index)]
+    )
     metrics: dict[str, float] = {
         "accuracy": sum(r >= 1.0 for r in greedy_rewards) / n,
         "pass1_t1": sum(t1_rewards) / len(t1_rewards),
@@ -93,6 +100,9 @@ def evaluate(
         "truncated_fraction": _mean(sampled.truncated),
         "n": n,
     }
+    if sampled.tools is not None and greedy.tools is not None:  # multi-turn: tool use
+        metrics.update(tool_use(sampled.tools))
+        metrics.update({f"{k}_greedy": v for k, v in tool_use(greedy.tools).items()})
     for name, reading in (readings or {}).items():
         correct = [
             reading(t, samples[i]) >= 1.0
@@ -105,6 +115,16 @@ def evaluate(
         )
         metrics.update(_budget_metrics(greedy, greedy_rewards, budgets, n))
     return metrics
+
+
+def tool_use(records: Sequence[Any]) -> dict[str, float]:
+    """tool_call_fraction (completions that made at least one tool call), tool_calls_mean
+    (calls per completion) and turns_mean of multi-turn rows' ToolRecords."""
+    return {
+        "tool_call_fraction": _mean([r.calls > 0 for r in records]),
+        "tool_calls_mean": _mean([r.calls for r in records]),
+        "turns_mean": _mean([r.turns for r in records]),
+    }
 
 
 def _k_metrics(

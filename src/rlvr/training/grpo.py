@@ -32,6 +32,7 @@ from rlvr.observe.metrics import memory_metrics
 from rlvr.rewards.compose import build_verifier
 from rlvr.rollout import SamplingParams, build_engine
 from rlvr.rollout.engines import engine_options
+from rlvr.rollout.multi_turn import with_environment
 from rlvr.training.allocator import keep_freed_memory
 from rlvr.training.checkpoint import save_model
 from rlvr.training.collect import ScoredRollouts, collect
@@ -95,8 +96,10 @@ class GRPOTrainer:
         self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
         self.encode = self.policy.encode
         r = cfg.rollout
-        self.engine = build_engine(
-            r.engine, self.policy.rollout_model, self.tokenizer, **engine_options(r)
+        self.engine = with_environment(  # multi-turn around the engine when one is named
+            build_engine(r.engine, self.policy.rollout_model, self.tokenizer, **engine_options(r)),
+            self.tokenizer,
+            cfg.environment,
         )
         # An engine with other kernels than the learner's (vLLM), or a stale one (off-policy):
         # the update corrects for the sampler, and checks a fresh one agrees with the learner.
@@ -127,7 +130,11 @@ class GRPOTrainer:
         self.data_report = self._filter_long_prompts()
         # off-policy: the engine's weights are a stale snapshot; evaluation sees the current ones
         eval_engine = (
-            build_engine(r.engine, self.model, self.tokenizer, **engine_options(r))
+            with_environment(
+                build_engine(r.engine, self.model, self.tokenizer, **engine_options(r)),
+                self.tokenizer,
+                cfg.environment,
+            )
             if r.off_policy_steps
             else self.engine  # with FSDP the replica is synced before every evaluation
         )

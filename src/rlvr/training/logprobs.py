@@ -77,9 +77,16 @@ class TokenBatch:
 
 
 def make_token_batch(
-    prompt_ids: list[torch.Tensor], completion_ids: list[torch.Tensor], pad_id: int
+    prompt_ids: list[torch.Tensor],
+    completion_ids: list[torch.Tensor],
+    pad_id: int,
+    loss_masks: list[torch.Tensor] | None = None,
 ) -> TokenBatch:
-    """Pad prompts on the left and completions on the right into one [B, P + C] batch."""
+    """Pad prompts on the left and completions on the right into one [B, P + C] batch.
+
+    loss_masks (multi-turn rollouts): per row, 1 on sampled completion tokens and 0 on tokens
+    an environment inserted; the completion mask is 0 on the inserted ones, so they are
+    attended to but never trained on, KL-penalised or counted in a length normaliser."""
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"{len(prompt_ids)} prompts for {len(completion_ids)} completions")
     n = len(prompt_ids)
@@ -93,12 +100,15 @@ def make_token_batch(
         input_ids[i, width_p : width_p + lc] = c
         attention[i, width_p - lp : width_p + lc] = 1
     position_ids = (attention.cumsum(1) - 1).clamp(min=0)
+    completion_mask = attention[:, width_p:].float()
+    for i, m in enumerate(loss_masks or ()):
+        completion_mask[i, : m.numel()] *= m.float()
     return TokenBatch(
         input_ids=input_ids,
         attention_mask=attention,
         position_ids=position_ids,
         completion_ids=input_ids[:, width_p:].clone(),
-        completion_mask=attention[:, width_p:].float(),
+        completion_mask=completion_mask,
     )
 
 

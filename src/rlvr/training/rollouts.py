@@ -100,12 +100,14 @@ class LocalRollouts:
     ) -> Round:
         lo, hi = self.world.shard(len(samples))
         t0 = time.perf_counter()
-        batch = self.generate([encode(s) for s in samples[lo:hi]], g, first_row=lo * g)
+        mine = samples[lo:hi]
+        batch = self.generate([encode(s) for s in mine], g, first_row=lo * g, samples=mine)
         t_generate = time.perf_counter() - t0
         t0 = time.perf_counter()
         rewards, failures = self.scorer(
             batch.completion_text, [samples[lo + i] for i in batch.prompt_index]
         )
+        rewards = batch.rewards_with_env(rewards)  # an environment's own reward comes first
         t_score = time.perf_counter() - t0
         components = self.scorer.pop_components()
         if not self.world.distributed:
@@ -119,12 +121,23 @@ class LocalRollouts:
                 merged.setdefault(name, []).extend(values)
         return Round(batch, rewards, sum(p[3] for p in parts), t_generate, t_score, merged)
 
-    def generate(self, prompt_ids: list[list[int]], g: int, first_row: int = 0) -> RolloutBatch:
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        g: int,
+        first_row: int = 0,
+        samples: list[Mapping[str, Any]] | None = None,
+    ) -> RolloutBatch:
         while True:
             state = self.generator.get_state()
             try:
                 batch = self.engine.generate(
-                    prompt_ids, g, self.sampling, generator=self.generator, first_row=first_row
+                    prompt_ids,
+                    g,
+                    self.sampling,
+                    generator=self.generator,
+                    first_row=first_row,
+                    samples=samples,
                 )
                 self.engine.release_weights()  # the update changes them: no use keeping copies
                 return batch

@@ -15,6 +15,7 @@ import torch
 from rlvr.algorithms import group_stats
 from rlvr.observe.metrics import percentile
 from rlvr.rewards.exact import is_reasoning
+from rlvr.rollout import ToolRecord
 from rlvr.training.collect import ScoredRollouts
 
 
@@ -42,10 +43,31 @@ def rollout_metrics(scored: ScoredRollouts, dynamic_sampling_target: int = 0) ->
         t = torch.tensor(values)
         m[f"reward/{name}_mean"] = float(t.mean())
         m[f"reward/{name}_std"] = float(t.std(unbiased=False))
+    if batch.tools is not None:
+        m.update(tool_metrics(batch.tools))
     if dynamic_sampling_target:
         m["dynamic_sampling_fill_rate"] = scored.groups_kept / dynamic_sampling_target
         m["dynamic_sampling_rounds"] = scored.rounds
     return m
+
+
+def tool_metrics(records: list[ToolRecord]) -> dict[str, float]:
+    """Multi-turn rollouts: what the environments did this step (docs/metrics.md)."""
+    n = len(records)
+    calls = sum(r.calls for r in records)
+    seconds = sum(r.seconds for r in records)
+    return {
+        "tool_calls_per_completion": calls / n,
+        "tool_call_fraction": sum(r.calls > 0 for r in records) / n,
+        "tool_calls": calls,
+        "tool_errors": sum(r.errors for r in records),
+        "tool_timeouts": sum(r.timeouts for r in records),
+        "tool_error_fraction": sum(r.errors for r in records) / calls if calls else 0.0,
+        "tool_timeout_fraction": sum(r.timeouts for r in records) / calls if calls else 0.0,
+        "tool_seconds": seconds,
+        "tool_seconds_per_call": seconds / calls if calls else 0.0,
+        "turns_mean": sum(r.turns for r in records) / n,
+    }
 
 
 def write_samples(
@@ -69,6 +91,11 @@ def write_samples(
                 "finish_reason": scored.batch.finish_reason[i],
             }
         )
+        if scored.batch.tools is not None:  # the transcript, tool output marked as "env"
+            record = scored.batch.tools[i]
+            rows[-1]["tool_calls"] = record.calls
+            rows[-1]["turns"] = record.turns
+            rows[-1]["transcript"] = [{"from": who, "text": t} for who, t in record.transcript]
     rows.sort(key=lambda r: -r["reward"])
     with (out / f"step-{step}.jsonl").open("w") as f:
         for r in rows:

@@ -133,7 +133,8 @@ def update(
     alg, world, device = cfg.algorithm, learner.world, learner.policy.device
     batch = scored.batch
     pad_id = learner.policy.tokenizer.pad_token_id
-    tokens = make_token_batch(batch.prompt_ids, batch.completion_ids, pad_id)
+    # inserted tokens (tool output) are masked: the loss, KL and normalisers see sampled ones
+    tokens = make_token_batch(batch.prompt_ids, batch.completion_ids, pad_id, batch.loss_masks)
     if cfg.reward.mask_truncated:  # DAPO overlong filtering: truncated rows give no gradient
         tokens.completion_mask[torch.tensor(batch.truncated, dtype=torch.bool)] = 0.0
     mask = tokens.completion_mask

@@ -1,0 +1,324 @@
+"""Multi-turn rollouts: an engine that runs an environment loop around another engine.
+
+For each row (G per prompt) the loop is
+
+    context = prompt (+ the environment's reset observation, if any)
+    repeat up to max_turns times:
+        turn = engine.generate(context)          stops at EOS, a stop string of the tool-call
+                                                 format, or the row's remaining token budget
+        result = env.step(text of the turn)      in a thread pool, every row at once
+        if the row is done: stop
+        context += turn + tokens(result.observation)
+
+and the row's completion is every turn's sampled tokens and every observation's tokens, in the
+order the model saw them. Token-exact by construction: the sampled tokens are kept as sampled,
+and an observation is tokenized on its own (plain text) or as the *difference* its chat
+message makes to a fixed two-message conversation (chat roles), so the transcript is never
+re-rendered or re-tokenized: a chat template that rewrites earlier turns (dropping old
+`<think>` blocks, say) cannot change what is trained. `loss_masks` mark the sampled tokens
+(1) and the inserted ones (0); inserted tokens get log-prob 0 and never reach the loss, the KL
+or a length normaliser.
+
+The whole completion, observations included, fits in `rollout.max_new_tokens`; a row that
+wants another turn when the turn limit or the budget is reached ends as truncated ("length").
+Each turn is one call of the inner engine over every row still going, so continuous batching
+works within a turn; a later turn prefills its row's whole context again (no KV cache is
+carried between turns). One draw from the caller's generator seeds every turn of a call, so a
+rollout is reproducible and every rank of a torchrun job draws the same number of seeds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from rlvr.environments import Environment, StepResult, environment_factory, tool_format
+from rlvr.rollout.sampling import sampling_seed
+from rlvr.rollout.types import RolloutBatch, SamplingParams, ToolRecord
+
+_GRACE_S = 1.0  # on top of environment.timeout_s before a step is abandoned
+_POLL_S = 0.02
+
+
+@dataclass
+class _Row:
+    context: list[int]  # prompt (+ reset observation) + completion so far: the next turn's input
+    prompt_len: int
+    env: Environment
+    tokens: list[torch.Tensor] = field(default_factory=list)
+    parts: list[tuple[str, str]] = field(default_factory=list)  # (who, text) in order
+    masks: list[torch.Tensor] = field(default_factory=list)
+    logprobs: list[torch.Tensor] = field(default_factory=list)
+    finish: str = "length"
+    calls: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    seconds: float = 0.0
+    turns: int = 0
+    reward: float | None = None
+
+    @property
+    def used(self) -> int:
+        return len(self.context) - self.prompt_len
+
+    def add(self, ids: torch.Tensor, logprobs: torch.Tensor | None) -> None:
+        sampled = logprobs is not None
+        self.tokens.append(ids)
+        self.masks.append(torch.full((ids.numel(),), float(sampled)))
+        self.logprobs.append(logprobs if sampled else torch.zeros(ids.numel()))
+        self.context.extend(ids.tolist())
+
+
+class MultiTurnEngine:
+    """`generate` as every engine has it, with an environment per row between model turns.
+
+    engine: the inner engine (fast, hf, vllm); every other attribute (max_batch_size, sync,
+        release_weights, exact_logprobs, device) is the inner engine's.
+    make_env: a function making one environment (rlvr.environments.environment_factory).
+    max_turns: model turns per row (>= 1); stop: the tool-call format's stop strings, added to
+        the sampling's own; timeout_s: a step running longer (plus a grace second) is
+        abandoned and ends its row as a tool timeout; workers: steps run at once.
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        tokenizer: Any,
+        make_env: Callable[[], Environment],
+        *,
+        max_turns: int,
+        stop: Sequence[str] = (),
+        timeout_s: float = 5.0,
+        workers: int = 4,
+    ) -> None:
+        if max_turns < 1 or workers < 1:
+            raise ValueError(f"MultiTurnEngine: max_turns {max_turns}, workers {workers}: >= 1")
+        self.engine, self.tokenizer, self.make_env = engine, tokenizer, make_env
+        self.max_turns, self.stop = max_turns, tuple(stop)
+        self.timeout_s, self.workers = timeout_s, workers
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rlvr-env")
+
+    def __getattr__(self, name: str) -> Any:  # only called for names not found on self
+        return getattr(self.__dict__["engine"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "max_batch_size":  # the OOM back-off halves the inner engine's batch
+            self.engine.max_batch_size = value
+        else:
+            super().__setattr__(name, value)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]] | Sequence[torch.Tensor],
+        n: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        first_row: int = 0,
+        samples: Sequence[Mapping[str, Any]] | None = None,
+    ) -> RolloutBatch:
+        """`n` multi-turn completions of each prompt; `samples[i]` (the sample prompt i came
+        from) is what each of its rows' environments is reset with (empty when not given)."""
+        prompt_lists = [torch.as_tensor(p).reshape(-1).tolist() for p in prompts]
+        base_seed = sampling_seed(generator) if generator is not None else None
+        rows: list[_Row] = []
+        for i, prompt in enumerate(prompt_lists):
+            for _ in range(n):
+                env = self.make_env()
+                first = env.reset(samples[i] if samples is not None else {})
+                context = prompt + (self._observation_ids(first, None, "eos") if first else [])
+                # (a reset observation is context, appended to the row's prompt as plain text)
+                rows.append(_Row(context, len(context), env))
+        shared_prompts = all(r.prompt_len == len(prompt_lists[i // n]) for i, r in enumerate(rows))
+        budget = sampling.max_new_tokens
+        params = replace(sampling, stop=tuple(sampling.stop) + self.stop)
+        active = list(range(len(rows)))
+        for turn in range(self.max_turns):
+            if not active:
+                break
+            room = max(budget - rows[r].used for r in active)
+            gen = _turn_generator(generator, base_seed, turn)
+            turn_params = replace(params, max_new_tokens=room)
+            if turn == 0 and shared_prompts:  # each prompt shared by its rows, as single-turn
+                out = self.engine.generate(prompt_lists, n, turn_params, gen, first_row)
+            else:
+                contexts = [rows[r].context for r in active]
+                out = self.engine.generate(contexts, 1, turn_params, gen, first_row)
+            stepping = []
+            for j, r in enumerate(active):
+                row = rows[r]
+                row.turns += 1
+                ids, lp = out.completion_ids[j], out.logprobs[j]
+                left = budget - row.used
+                reason, text = out.finish_reason[j], out.completion_text[j]
+                if ids.numel() > left:  # the shared call ran past this row's own budget
+                    ids, lp, reason = ids[:left], lp[:left], "length"
+                if ids.numel() < out.completion_ids[j].numel():
+                    text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                row.add(ids, lp)
+                row.parts.append(("model", text))
+                row.finish = reason
+                if reason != "length":
+                    stepping.append((r, text))
+            results = self._step_all([(rows[r].env, text) for r, text in stepping])
+            active = []
+            for (r, _), result in zip(stepping, results):
+                row = rows[r]
+                row.calls += result.tool_call
+                row.errors += result.tool_error
+                row.timeouts += result.tool_timeout
+                row.seconds += result.tool_seconds
+                if result.reward is not None:
+                    row.reward = float(result.reward)
+                if result.done or result.observation is None:
+                    continue
+                obs = self._observation_ids(result.observation, result, row.finish)
+                if turn + 1 >= self.max_turns or row.used + len(obs) >= budget:
+                    row.finish = "length"  # wanted another turn: cut off
+                    continue
+                row.add(torch.tensor(obs, dtype=torch.long), None)
+                row.parts.append(("env", result.observation))
+                active.append(r)
+        return self._batch(rows, len(prompt_lists), n)
+
+    def _step_all(self, work: list[tuple[Environment, str]]) -> list[StepResult]:
+        """env.step(text) of every row in the pool; a step that raises is a tool error, one
+        that overruns its limit is abandoned as a tool timeout."""
+        started: dict[int, float] = {}
+
+        def run(index: int, env: Environment, text: str) -> StepResult:
+            started[index] = time.monotonic()
+            return env.step(text)
+
+        futures: list[Future] = [self._pool.submit(run, i, e, t) for i, (e, t) in enumerate(work)]
+        results: list[StepResult | None] = [None] * len(work)
+        abandoned = False
+        while any(r is None for r in results):
+            now = time.monotonic()
+            for i, future in enumerate(futures):
+                if results[i] is not None:
+                    continue
+                if future.done():
+                    try:
+                        results[i] = future.result()
+                    except Exception:  # a crashing environment ends its row, the run goes on
+                        results[i] = StepResult(done=True, tool_call=True, tool_error=True)
+                elif i in started and now - started[i] > self.timeout_s + _GRACE_S:
+                    seconds = now - started[i]
+                    results[i] = StepResult(
+                        done=True,
+                        tool_call=True,
+                        tool_error=True,
+                        tool_timeout=True,
+                        tool_seconds=seconds,
+                    )
+                    abandoned = True
+            if any(r is None for r in results):
+                time.sleep(_POLL_S)
+        if abandoned:  # its thread may never return: later steps get fresh workers
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="rlvr-env")
+        return results  # type: ignore[return-value]
+
+    def _observation_ids(self, text: str, result: StepResult | None, finish: str) -> list[int]:
+        role = result.role if result is not None else None
+        if role is None:
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        return chat_observation_ids(self.tokenizer, role, text, ended_at_eos=finish == "eos")
+
+    def _batch(self, rows: list[_Row], num_prompts: int, n: int) -> RolloutBatch:
+        empty = torch.zeros(0, dtype=torch.long)
+        completion_ids = [torch.cat(r.tokens) if r.tokens else empty for r in rows]
+        return RolloutBatch(
+            prompt_ids=[torch.tensor(r.context[: r.prompt_len], dtype=torch.long) for r in rows],
+            completion_ids=completion_ids,
+            completion_text=[
+                self.tokenizer.decode(c, skip_special_tokens=True) for c in completion_ids
+            ],
+            logprobs=[torch.cat(r.logprobs) if r.logprobs else torch.zeros(0) for r in rows],
+            finish_reason=[r.finish for r in rows],
+            prompt_index=[i for i in range(num_prompts) for _ in range(n)],
+            loss_masks=[torch.cat(r.masks) if r.masks else torch.zeros(0) for r in rows],
+            tools=[
+                ToolRecord(
+                    r.calls, r.errors, r.timeouts, r.seconds, r.turns, r.reward, tuple(r.parts)
+                )
+                for r in rows
+            ],
+        )
+
+
+def _turn_generator(
+    generator: torch.Generator | None, base_seed: int | None, turn: int
+) -> torch.Generator | None:
+    if generator is None or base_seed is None:
+        return None
+    mixed = (base_seed * 1_000_003 + turn * 0x9E3779B9) % (2**63 - 1)
+    return torch.Generator(device=generator.device).manual_seed(mixed)
+
+
+_SENTINEL = "\u2063rlvr-assistant-turn\u2063"
+
+
+def chat_observation_ids(tokenizer: Any, role: str, text: str, *, ended_at_eos: bool) -> list[int]:
+    """The tokens a chat message of `role` adds after an assistant turn, ending with the
+    template's generation prompt for the next assistant turn.
+
+    Rendered from a fixed conversation (a user message, an assistant message holding a
+    sentinel, then this message), so no earlier turn of the real conversation is ever
+    re-rendered; the tokens are the rendering after the sentinel, less the end-of-turn token
+    when the model sampled it itself (`ended_at_eos`)."""
+    messages = [
+        {"role": "user", "content": "?"},
+        {"role": "assistant", "content": _SENTINEL},
+        {"role": role, "content": text},
+    ]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    at = rendered.find(_SENTINEL)
+    if at < 0:
+        raise ValueError("the chat template dropped the assistant turn's content")
+    after = rendered[at + len(_SENTINEL) :]
+    eos = tokenizer.eos_token or ""
+    if ended_at_eos and eos and after.startswith(eos):
+        after = after[len(eos) :]
+    return tokenizer.encode(after, add_special_tokens=False)
+
+
+def with_environment(engine: Any, tokenizer: Any, env: Any) -> Any:
+    """`engine` itself when the environment section `env` (rlvr.config.EnvironmentConfig)
+    names none; else a MultiTurnEngine around it with that environment. The python tool's
+    format gives the stop strings; a user class may declare its own as a class attribute
+    `stop` (a tuple of strings)."""
+    if not env.name:
+        return engine
+    if env.name == "python":
+        make = environment_factory(
+            "python",
+            format=env.format,
+            timeout_s=env.timeout_s,
+            memory_mb=env.memory_mb,
+            max_output_chars=env.max_output_chars,
+        )
+        stop = tool_format(env.format).stop
+    else:
+        make = environment_factory(env.name)
+        stop = tuple(getattr(make, "stop", ()))
+    return MultiTurnEngine(
+        engine,
+        tokenizer,
+        make,
+        max_turns=env.max_turns,
+        stop=stop,
+        timeout_s=env.timeout_s,
+        workers=env.workers,
+    )
