@@ -93,3 +93,20 @@ def test_off_policy_drift_needs_five_steps_of_clipped_importance_weights():
     assert "off_policy_drift" not in _names(h)  # four steps: not yet
     h[-5]["tis_clip_fraction"] = 0.2
     assert "off_policy_drift" in _names(h)
+
+
+def test_tool_timeouts_and_errors_need_three_steps_with_enough_calls():
+    h = _healthy()
+    for row in h:
+        row.update(tool_calls=20, tool_timeout_fraction=0.0, tool_error_fraction=0.1)
+    assert not _names(h) & {"tool_timeouts", "tool_errors"}
+    for row in h[-2:]:
+        row["tool_timeout_fraction"] = 0.5
+    assert "tool_timeouts" not in _names(h)  # two steps: not yet
+    h[-3]["tool_timeout_fraction"] = 0.5
+    assert "tool_timeouts" in _names(h)
+    for row in h[-3:]:
+        row.update(tool_timeout_fraction=0.0, tool_error_fraction=0.9)
+    assert "tool_errors" in _names(h)
+    h[-1]["tool_calls"] = 2  # too few calls at the latest step to judge
+    assert "tool_errors" not in _names(h)

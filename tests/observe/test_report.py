@@ -193,3 +193,21 @@ def test_headless_chromium_renders_the_report(tmp_path):
     )
     assert shot.exists()
     assert shot.stat().st_size > 50_000  # a blank 1200x2000 page is a few kB
+
+
+def test_a_transcript_marks_tool_output_and_is_escaped():
+    from rlvr.observe.report import _completion_html
+
+    sample = {
+        "completion": "ignored",
+        "transcript": [
+            {"from": "model", "text": "<python>print(2*3)</python>"},
+            {"from": "env", "text": "<output>6\n</output>"},
+            {"from": "model", "text": "6"},
+        ],
+    }
+    html = _completion_html(sample)
+    assert html.count('<span class="tool"') == 1
+    assert "&lt;python&gt;" in html and "<python>" not in html
+    assert '<span class="tool" title="tool output">&lt;output&gt;6' in html
+    assert _completion_html({"completion": "<b>x</b>"}) == "&lt;b&gt;x&lt;/b&gt;"

@@ -75,3 +75,16 @@ def test_unpadded_gives_back_each_rows_prompt_and_completion():
     assert [p.tolist() for p in sub_prompts] == [[9, 10], [5, 6, 7]]
     assert [c.tolist() for c in sub_completions] == [[], [11, 12]]
     assert all(t.dtype == torch.long for t in sub_prompts + sub_completions)
+
+
+def test_loss_masks_leave_inserted_tokens_out_of_the_completion_mask():
+    from rlvr.training.logprobs import make_token_batch as build
+
+    tb = build(
+        [torch.tensor([1, 2]), torch.tensor([7])],
+        [torch.tensor([3, 4, 5, 6]), torch.tensor([8, 9])],
+        0,
+        [torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([1.0, 1.0])],
+    )
+    assert tb.completion_mask.tolist() == [[1, 0, 0, 1], [1, 1, 0, 0]]
+    assert tb.attention_mask[0].tolist() == [1, 1, 1, 1, 1, 1]  # inserted tokens are attended

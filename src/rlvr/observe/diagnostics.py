@@ -194,6 +194,41 @@ def off_policy_drift(
     return None
 
 
+def tool_failures(
+    history: Sequence[Row],
+    timeout_threshold: float = 0.1,
+    error_threshold: float = 0.5,
+    window: int = 3,
+    min_calls: int = 4,
+) -> Diagnostic | None:
+    """Multi-turn rollouts: for `window` steps in a row (each with at least `min_calls` tool
+    calls) more than `timeout_threshold` of the calls were killed at their time limit, or more
+    than `error_threshold` failed. Timeouts cost their whole limit each and slow every step;
+    calls that keep failing teach the model that the tool does not help."""
+    rows = [r for r in history if r.get("tool_calls", 0) >= min_calls][-window:]
+    if len(rows) < window or rows[-1] is not history[-1]:
+        return None
+    if all(float(r.get("tool_timeout_fraction", 0.0)) > timeout_threshold for r in rows):
+        return Diagnostic(
+            "tool_timeouts",
+            history[-1]["step"],
+            "tool_timeout_fraction",
+            float(rows[-1]["tool_timeout_fraction"]),
+            "tool calls keep hitting environment.timeout_s; raise it, or read samples/ for "
+            "loops the model writes",
+        )
+    if all(float(r.get("tool_error_fraction", 0.0)) > error_threshold for r in rows):
+        return Diagnostic(
+            "tool_errors",
+            history[-1]["step"],
+            "tool_error_fraction",
+            float(rows[-1]["tool_error_fraction"]),
+            "most tool calls fail; read the transcripts in samples/ (the tracebacks are there) "
+            "and check the tool's limits (environment.memory_mb, environment.timeout_s)",
+        )
+    return None
+
+
 CHECKS = (
     non_finite_loss,
     entropy_collapse,
@@ -202,6 +237,7 @@ CHECKS = (
     reward_hacking,
     clip_fraction_high,
     off_policy_drift,
+    tool_failures,
 )
 
 

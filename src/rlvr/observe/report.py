@@ -413,6 +413,22 @@ def top_samples(samples: list[dict[str, Any]], k: int = TOP_SAMPLES) -> list[dic
     return sorted(unique, key=reward, reverse=True)[:k]
 
 
+def _completion_html(sample: dict[str, Any]) -> str:
+    """A completion, escaped; a multi-turn transcript with what the environment inserted (tool
+    output) set apart in a marked span."""
+    transcript = sample.get("transcript")
+    if not isinstance(transcript, list):
+        return _esc(sample.get("completion", ""))
+    parts = []
+    for part in transcript:
+        text = _esc(part.get("text", "")) if isinstance(part, dict) else ""
+        if isinstance(part, dict) and part.get("from") == "env":
+            parts.append(f'<span class="tool" title="tool output">{text}</span>')
+        else:
+            parts.append(text)
+    return "".join(parts)
+
+
 def _samples_section(runs: list[Run]) -> str:
     parts = []
     for r in runs:
@@ -422,7 +438,7 @@ def _samples_section(runs: list[Run]) -> str:
         rows = [
             [
                 f"<pre>{_esc(s.get('prompt', ''))}</pre>",
-                f"<pre>{_esc(s.get('completion', ''))}</pre>",
+                f"<pre>{_completion_html(s)}</pre>",
                 _fmt(s.get("reward")),
                 _fmt(s.get("advantage")),
             ]
@@ -446,6 +462,7 @@ table { border-collapse: collapse; font-size: .88em; margin: .5em 0; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f2f2f2; }
 pre { margin: 0; white-space: pre-wrap; word-break: break-word; max-width: 560px; }
+.tool { background: #eef3fb; border-left: 3px solid #6b8fc7; padding: 0 .2em; }
 .empty { color: #777; font-style: italic; }
 """
 
