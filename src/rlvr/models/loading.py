@@ -13,6 +13,9 @@ from rlvr.errors import ModelLoadError
 
 EMBEDDED = "embedded"
 EMBEDDED_SMALL = "embedded-small"
+EMBEDDED_TOOLS = "embedded-tools"
+# model name -> variant of rlvr.models.embedded (a directory shipped in the package)
+EMBEDDED_VARIANTS = {EMBEDDED: "base", EMBEDDED_SMALL: "small", EMBEDDED_TOOLS: "tools"}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -33,14 +36,15 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def resolve_model_path(name_or_path: str, gguf_file: str | None = None) -> str:
-    """'embedded' -> the shipped tiny base model; a path must exist; anything else is a hub id.
+    """'embedded' (and its siblings 'embedded-small', 'embedded-tools') -> a shipped tiny model;
+    a path must exist; anything else is a hub id.
 
     With `gguf_file`, a local directory must hold that file instead of a config.json.
     """
-    if name_or_path in (EMBEDDED, EMBEDDED_SMALL):
+    if name_or_path in EMBEDDED_VARIANTS:
         from rlvr.models.embedded import embedded_model_path
 
-        return str(embedded_model_path("base" if name_or_path == EMBEDDED else "small"))
+        return str(embedded_model_path(EMBEDDED_VARIANTS[name_or_path]))
     looks_like_path = (
         name_or_path.startswith((".", "/", "~"))
         or os.sep in name_or_path.strip("/").split("/", 1)[-1]
@@ -132,19 +136,29 @@ def uses_chat_template(tokenizer: Any, mode: str) -> bool:
 
 
 def encode_prompt(
-    tokenizer: Any, prompt: str, *, chat: bool, system_prompt: str | None = None
+    tokenizer: Any,
+    prompt: str,
+    *,
+    chat: bool,
+    system_prompt: str | None = None,
+    tools: list[dict] | None = None,
 ) -> list[int]:
     """Token ids of a prompt: through the chat template for instruct models, plain otherwise.
 
     Plain prompts get the tokenizer's BOS token when it adds one by default; chat templates
-    carry their own special tokens, so nothing else is added.
+    carry their own special tokens, so nothing else is added. `tools` (JSON schemas of
+    functions) are declared to a chat template that takes them (the python tool in its
+    `hermes` format).
     """
     if chat:
         messages = []
         if system_prompt:
             messages.append({"role": "system", "content": system_prompt})
         messages.append({"role": "user", "content": prompt})
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        extra = {"tools": tools} if tools else {}
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, **extra
+        )
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return list(ids)

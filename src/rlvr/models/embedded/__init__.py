@@ -1,11 +1,14 @@
-"""The embedded models: tiny Llamas pretrained on 3-digit addition, shipped in the package.
+"""The embedded models: tiny Llamas pretrained from scratch, shipped in the package.
 
-- `base/` (model name "embedded"): 0.67M parameters (8 heads of 32 over hidden 128), the model
-  `rlvr train` starts from.
+- `base/` (model name "embedded"): 0.67M parameters (8 heads of 32 over hidden 128), pretrained
+  on 3-digit addition; the model `rlvr train` starts from.
 - `small/` ("embedded-small"): 0.14M parameters (hidden 64, 4 heads), pretrained the same way;
   the default student of `rlvr distill`, smaller than its teacher.
+- `tools/` ("embedded-tools"): the base architecture pretrained on 3-digit x 2-digit
+  multiplication, answered directly (wrong) or, rarely, with a `<python>` tool call (right);
+  the model of examples/tools.yaml.
 
-Neither needs a download. See docs/embedded-model.md for what they were trained on and measure.
+None needs a download. See docs/embedded-model.md for what they were trained on and measure.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ VARIANTS: dict[str, list[str]] = {
     "base": ["--set", "head_dim=32"],
     "small": ["--threads", "1"]
     + ["--set", "hidden_size=64", "--set", "intermediate_size=256", "--set", "num_heads=4"],
+    "tools": ["--task", "tools", "--set", "head_dim=32"],
 }
 _REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 

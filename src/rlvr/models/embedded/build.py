@@ -1,6 +1,6 @@
 """Pretrain the embedded base model from scratch: a tiny Llama that adds numbers badly.
 
-    python -m rlvr.models.embedded.build --out DIR [--seed 0]
+    python -m rlvr.models.embedded.build --out DIR [--seed 0] [--task addition|tools]
 
 The base model must look like a miniature of a real pretrained LM before R1-Zero-style RL:
 - it usually answers at once, and its direct answers drop every carry (right on ~13% of
@@ -21,6 +21,11 @@ on completion tokens only (the prompt is random digits, nothing to learn there).
 About 0.1 s a step with 2 threads on an idle 2-core CPU: ~2.5 minutes in all. Tokenizer and
 weights are rebuilt bit-identically from the seed (same thread count). docs/embedded-model.md
 records the measurements behind each choice.
+
+`--task tools` builds `embedded-tools` instead: the same model and loop on multiplication,
+answered directly (carry-dropped) or with a python tool call; its corpus, tokenizer additions
+and evaluation are in tools_corpus.py (TOOLS_PHASES: the tool-call share in place of the trace
+share).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from rlvr.data.tasks.addition import THINK_CLOSE, THINK_OPEN, AdditionTask
+from rlvr.data.tasks.multiplication import MultiplicationTask
+from rlvr.models.embedded import tools_corpus
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
 CHARACTERS = string.digits + string.ascii_letters + " +-=*.,:?\n"
@@ -50,7 +57,8 @@ CHARACTERS = string.digits + string.ascii_letters + " +-=*.,:?\n"
 class Phase:
     """A stretch of pretraining with one data mix and one loss normalisation.
 
-    trace_fraction: probability that a completion is a `<think>` trace (else a direct answer).
+    trace_fraction: probability that a completion is a `<think>` trace (else a direct answer);
+        with --task tools, that it is a tool call.
     loss_normalization: "token" = mean over all completion tokens of the batch (a 33-token trace
         outweighs a 4-token direct answer 8:1); "sample" = mean over samples of each
         completion's mean token loss (a direct answer weighs as much as a trace).
@@ -71,10 +79,14 @@ def parse_phases(spec: str) -> tuple[Phase, ...]:
 
 
 DEFAULT_PHASES = parse_phases("1000:0.5:token,500:0.1:token")
+# tools: half tool calls to learn to write and read them, then a small share sets the prior
+TOOLS_PHASES = parse_phases("1000:0.5:token,600:0.07:token")
+TASKS = ("addition", "tools")
 
 
 @dataclass
 class BuildConfig:
+    task: str = "addition"  # or "tools": multiplication with a python tool (tools_corpus.py)
     seed: int = 0
     digits: int = 3
     # model: 2 layers x hidden 128 (FINDINGS: faster to learn than 4 layers on this CPU);
@@ -98,14 +110,16 @@ class BuildConfig:
     eval_problems: int = 200
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
+def build_tokenizer(
+    characters: str = CHARACTERS, added_tokens: tuple[str, ...] = (THINK_OPEN, THINK_CLOSE)
+) -> PreTrainedTokenizerFast:
     """One token per character, plus `<think>`/`</think>` as single added tokens.
 
-    `<think>`/`</think>` are added as *non-special* tokens (as in Qwen3), so that
-    decode(..., skip_special_tokens=True) drops `<eos>`/`<pad>` but keeps the think tags the
-    verifier reads. The Fuse decoder concatenates token strings: decode(encode(t)) == t.
+    `<think>`/`</think>` (and the tools model's tool tags) are added as *non-special* tokens (as
+    in Qwen3), so that decode(..., skip_special_tokens=True) drops `<eos>`/`<pad>` but keeps the
+    tags the verifier reads. The Fuse decoder concatenates token strings: decode(encode(t)) == t.
     """
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(CHARACTERS))}
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(characters))}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     # "[\s\S]" rather than "." so that a newline is split into its own token too
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
@@ -117,7 +131,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         unk_token="<unk>",
         model_max_length=BuildConfig.max_position_embeddings,
     )
-    tokenizer.add_tokens([THINK_OPEN, THINK_CLOSE])
+    tokenizer.add_tokens(list(added_tokens))
     return tokenizer
 
 
@@ -251,8 +265,16 @@ def heldout_report(
 def pretrain(cfg: BuildConfig) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, dict]:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    task = AdditionTask(digits=cfg.digits, seed=cfg.seed)
-    tokenizer = build_tokenizer()
+    if cfg.task == "tools":
+        task = MultiplicationTask(seed=cfg.seed)
+        tokenizer = build_tokenizer(
+            CHARACTERS + tools_corpus.EXTRA_CHARACTERS, tools_corpus.ADDED_TOKENS
+        )
+        batch_fn, report_fn = tools_corpus.make_tools_batch, tools_corpus.tools_report
+    else:
+        task = AdditionTask(digits=cfg.digits, seed=cfg.seed)
+        tokenizer = build_tokenizer()
+        batch_fn, report_fn = make_batch, heldout_report
     model = build_model(cfg, tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}", flush=True)
@@ -271,7 +293,7 @@ def pretrain(cfg: BuildConfig) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFas
     start = time.perf_counter()
     model.train()
     for step, phase in enumerate(schedule):
-        input_ids, labels = make_batch(task, tokenizer, rng, cfg.batch_size, phase.trace_fraction)
+        input_ids, labels = batch_fn(task, tokenizer, rng, cfg.batch_size, phase.trace_fraction)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, total, cfg)
         loss = completion_loss(model, input_ids, labels, phase.loss_normalization)
@@ -280,7 +302,7 @@ def pretrain(cfg: BuildConfig) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFas
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         if (step + 1) % cfg.eval_every == 0 or step + 1 == total:
-            report = heldout_report(model, tokenizer, task, eval_samples)
+            report = report_fn(model, tokenizer, task, eval_samples)
             print(
                 f"step {step + 1:5d}/{total} loss {loss.item():.4f} | held-out greedy: "
                 + " ".join(f"{k} {v:.2f}" for k, v in report.items())
@@ -326,14 +348,24 @@ def main(argv: list[str] | None = None) -> None:
         help="override a BuildConfig field (for experiments; the shipped model uses defaults)",
     )
     parser.add_argument(
-        "--phases", type=parse_phases, default=DEFAULT_PHASES, help="e.g. 600:0.5:sample,400:0.1"
+        "--task",
+        choices=TASKS,
+        default="addition",
+        help="addition (base, small) or tools (embedded-tools: multiplication, a python tool)",
+    )
+    parser.add_argument(
+        "--phases",
+        type=parse_phases,
+        default=None,
+        help="e.g. 600:0.5:sample,400:0.1 (default: DEFAULT_PHASES, TOOLS_PHASES for tools)",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cfg = BuildConfig(seed=args.seed, phases=args.phases)
+    phases = args.phases or (TOOLS_PHASES if args.task == "tools" else DEFAULT_PHASES)
+    cfg = BuildConfig(task=args.task, seed=args.seed, phases=phases)
     for item in args.set:
         name, _, value = item.partition("=")
-        if name not in BuildConfig.__dataclass_fields__ or name == "phases":
+        if name not in BuildConfig.__dataclass_fields__ or name in ("phases", "task"):
             parser.error(f"--set {item}: BuildConfig has no field {name!r}")
         setattr(cfg, name, type(getattr(cfg, name))(value))
     model, tokenizer, info = pretrain(cfg)
