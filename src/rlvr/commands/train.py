@@ -46,6 +46,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     # Everything that can be checked without loading weights is checked before the run starts.
     build_verifier(cfg.reward.verifier)
+    if cfg.environment.name:
+        from rlvr.environments import environment_from_config
+
+        environment_from_config(cfg.environment)
     check_available(cfg.logging.report_to)
     from rlvr.distributed.world import init_world
 

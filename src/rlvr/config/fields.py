@@ -230,6 +230,19 @@ def read_yaml(path: Path, label: str) -> Any:
         raise ConfigError(f"{label}: not valid YAML ({reason})") from None
 
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"  # shipped in the package
+
+
+def packaged_example(path: Path) -> Path:
+    """`path`, or, when it does not exist and reads examples/NAME.yaml, the copy of that example
+    shipped in the package (rlvr/examples/NAME.yaml), so `rlvr train --config
+    examples/tools.yaml` runs from any directory after a pip install."""
+    if path.is_file() or len(path.parts) != 2 or path.parts[0] != "examples":
+        return path
+    shipped = EXAMPLES / path.name
+    return shipped if shipped.is_file() else path
+
+
 def load_tree(
     schema: type,
     path: str | Path | None = None,
@@ -244,7 +257,7 @@ def load_tree(
     """
     tree = dict(tree or {})
     if path is not None:
-        p = Path(path)
+        p = packaged_example(Path(path))
         if not p.is_file():
             raise ConfigError(f"config file {p}: not found")
         tree = read_yaml(p, f"config file {p}") or {}

@@ -3,7 +3,7 @@ formats (docs/guides/tools.md). Plain Python, no torch."""
 
 from rlvr.environments.base import Environment, StepResult
 from rlvr.environments.formats import FORMATS, PYTHON_TOOL_SCHEMA, ToolFormat, tool_format
-from rlvr.environments.registry import environment_factory
+from rlvr.environments.registry import environment_factory, environment_from_config
 
 __all__ = [
     "FORMATS",
@@ -12,5 +12,6 @@ __all__ = [
     "StepResult",
     "ToolFormat",
     "environment_factory",
+    "environment_from_config",
     "tool_format",
 ]

@@ -31,8 +31,8 @@ class StepResult:
     """What one environment step gives back.
 
     observation: text appended after the model's turn before it continues; None ends the row.
-    reward: the row's reward when the environment decides it (the verifier is then not asked);
-        None: the verifier scores the transcript.
+    reward: the row's reward when the environment decides it (it replaces the verifier's
+        score of the row); None: the verifier's score of the transcript stands.
     done: the row ends after this step (also when an observation is given: it is not shown).
     role: None: the observation text is appended as it is (tokenized alone); a chat role
         ('tool', 'user'): it is that message, rendered by the tokenizer's chat template.

@@ -48,9 +48,13 @@ class ToolFormat:
     _call: re.Pattern[str]
     _open: str = ""
     _close: str = ""
+    _call_open: str = ""  # the markers of a call, counted: an unclosed one makes no call
+    _call_close: str = ""
 
     def find_call(self, turn: str) -> str | None:
         """The code of the tool call that ends `turn`, or None when the turn makes none."""
+        if self._call_open and turn.count(self._call_open) != turn.count(self._call_close):
+            return None  # an unclosed or nested call: not a call
         match = self._call.search(turn)
         if match is None:
             return None
@@ -72,7 +76,10 @@ class ToolFormat:
         return code if isinstance(code, str) else None
 
     def render(self, output: str) -> str:
-        """The observation text for a tool's output."""
+        """The observation text for a tool's output (a fenced block's closing fence on a line
+        of its own)."""
+        if self.name == "fenced" and not output.endswith("\n"):
+            output += "\n"
         return f"{self._open}{output}{self._close}"
 
 
@@ -84,6 +91,8 @@ FORMATS = {
         _call=re.compile(r"<python>((?:(?!<python>).)*?)</python>\s*\Z", re.DOTALL),
         _open="<output>",
         _close="</output>",
+        _call_open="<python>",
+        _call_close="</python>",
     ),
     "fenced": ToolFormat(
         "fenced",

@@ -15,6 +15,8 @@ attack there has a test (tests/environments/test_python_tool.py).
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,9 +25,18 @@ from typing import Any
 from rlvr.environments.base import StepResult
 from rlvr.environments.formats import ToolFormat, tool_format
 from rlvr.errors import ConfigError
-from rlvr.rewards.sandbox import CaseResult, Program, Sandbox, SandboxLimits
+from rlvr.rewards.sandbox import (
+    RUNNER_FILE,
+    RUNNER_PATH,
+    CaseResult,
+    Program,
+    Sandbox,
+    SandboxLimits,
+)
 
 _STDERR_LINES = 8  # traceback lines shown after a failed call
+RUNNER_MARK = os.path.basename(RUNNER_PATH)  # the runner's file name, sandboxed or not
+assert os.path.basename(RUNNER_FILE) == RUNNER_MARK
 
 
 @dataclass(frozen=True)
@@ -92,22 +103,50 @@ class PythonTool:
 
 
 def describe(result: CaseResult, settings: PythonToolSettings) -> tuple[str, bool, bool]:
-    """(observation text, failed, timed out) of one sandboxed run."""
+    """(observation text, failed, timed out) of one sandboxed run. A failed call shows its
+    stdout (cut first, so the error always fits) and then the error: the traceback's last
+    lines (the sandbox runner's own frames left out), its exit status, or its limit."""
     out = result.output.decode("utf-8", "replace")
-    if result.status == "timeout":
-        limit = f"{settings.timeout_s:g}"
-        return f"TimeoutError: the program ran past its {limit} s limit\n", True, True
+    limit = settings.max_output_chars
+    cpu_killed = result.signal == signal.SIGXCPU  # RLIMIT_CPU (ceil of timeout_s) came first
+    if result.status == "timeout" or cpu_killed:
+        error = f"TimeoutError: the program ran past its {settings.timeout_s:g} s limit\n"
+        return _with_error(out, error, limit), True, True
     if result.status == "output_limit":
-        return truncate(out, settings.max_output_chars, flooded=True), True, False
-    failed = result.status != "exited" or result.exit_code != 0
-    if failed:
-        tail = "\n".join(result.stderr.rstrip("\n").splitlines()[-_STDERR_LINES:])
-        if result.status == "crashed":
-            tail = tail or "the program's sandbox ended before it finished"
-        elif result.signal is not None and not tail:
-            tail = f"killed by signal {result.signal}"
-        out = f"{out}{tail}\n" if tail else out
-    return truncate(out, settings.max_output_chars), failed, False
+        return truncate(out, limit, flooded=True), True, False
+    if result.status == "exited" and result.exit_code == 0:
+        return truncate(out, limit), False, False
+    lines = [ln for ln in _without_runner_frames(result.stderr).splitlines() if ln.strip()]
+    error = "\n".join(lines[-_STDERR_LINES:])
+    if result.status == "crashed":
+        error = error or "the program's sandbox ended before it finished"
+    elif result.signal is not None:
+        error = error or f"killed by signal {result.signal}"
+    elif not error or result.exit_code not in (0, 1):
+        error = (error + "\n" if error else "") + f"(exit status {result.exit_code})"
+    return _with_error(out, error + "\n", limit), True, False
+
+
+def _with_error(out: str, error: str, limit: int) -> str:
+    """stdout cut to leave room for the error, then the error (itself cut from the front)."""
+    if len(error) > limit:
+        error = "..." + error[-(limit - 3) :]
+    return truncate(out, max(0, limit - len(error))) + error if out else error
+
+
+def _without_runner_frames(stderr: str) -> str:
+    """A traceback without the frames of the sandbox runner (every traceback starts in it)."""
+    kept, skip_source = [], False
+    for line in stderr.splitlines():
+        if skip_source:
+            skip_source = False
+            if line.startswith("    "):
+                continue
+        if line.lstrip().startswith('File "') and RUNNER_MARK in line:
+            skip_source = True
+            continue
+        kept.append(line)
+    return "\n".join(kept)
 
 
 def truncate(text: str, limit: int, flooded: bool = False) -> str:

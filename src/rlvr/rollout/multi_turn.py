@@ -29,15 +29,16 @@ rollout is reproducible and every rank of a torchrun job draws the same number o
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from rlvr.environments import Environment, StepResult, environment_factory, tool_format
+from rlvr.environments import Environment, StepResult, environment_from_config
+from rlvr.errors import ConfigError, UserError
 from rlvr.rollout.sampling import sampling_seed
 from rlvr.rollout.types import RolloutBatch, SamplingParams, ToolRecord
 
@@ -101,7 +102,6 @@ class MultiTurnEngine:
         self.engine, self.tokenizer, self.make_env = engine, tokenizer, make_env
         self.max_turns, self.stop = max_turns, tuple(stop)
         self.timeout_s, self.workers = timeout_s, workers
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rlvr-env")
 
     def __getattr__(self, name: str) -> Any:  # only called for names not found on self
         return getattr(self.__dict__["engine"], name)
@@ -113,7 +113,6 @@ class MultiTurnEngine:
             super().__setattr__(name, value)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
         close = getattr(self.engine, "close", None)
         if close is not None:
             close()
@@ -192,42 +191,50 @@ class MultiTurnEngine:
         return self._batch(rows, len(prompt_lists), n)
 
     def _step_all(self, work: list[tuple[Environment, str]]) -> list[StepResult]:
-        """env.step(text) of every row in the pool; a step that raises is a tool error, one
-        that overruns its limit is abandoned as a tool timeout."""
-        started: dict[int, float] = {}
-
-        def run(index: int, env: Environment, text: str) -> StepResult:
-            started[index] = time.monotonic()
-            return env.step(text)
-
-        futures: list[Future] = [self._pool.submit(run, i, e, t) for i, (e, t) in enumerate(work)]
+        """env.step(text) of every row, at most `workers` at once, each in a daemon thread of
+        its own. A step that raises is a tool error; a user error (the sandbox cannot start)
+        stops the run. A step running past timeout_s + a grace second is abandoned as a tool
+        timeout: its slot goes to the next step at once, and its thread, being a daemon, never
+        holds up the rollout or the process's exit."""
         results: list[StepResult | None] = [None] * len(work)
-        abandoned = False
-        while any(r is None for r in results):
+        slots: list[list] = [[] for _ in work]  # filled by the thread: [result] or [exception]
+        pending = list(range(len(work)))[::-1]
+        running: dict[int, float] = {}  # step -> when its thread started
+        limit = self.timeout_s + _GRACE_S
+
+        def run(index: int) -> None:
+            env, text = work[index]
+            try:
+                slots[index].append(env.step(text))
+            except BaseException as e:  # handed to the rollout's thread
+                slots[index].append(e)
+
+        while pending or running:
+            while pending and len(running) < self.workers:
+                index = pending.pop()
+                running[index] = time.monotonic()
+                threading.Thread(target=run, args=(index,), daemon=True).start()
             now = time.monotonic()
-            for i, future in enumerate(futures):
-                if results[i] is not None:
-                    continue
-                if future.done():
-                    try:
-                        results[i] = future.result()
-                    except Exception:  # a crashing environment ends its row, the run goes on
-                        results[i] = StepResult(done=True, tool_call=True, tool_error=True)
-                elif i in started and now - started[i] > self.timeout_s + _GRACE_S:
-                    seconds = now - started[i]
-                    results[i] = StepResult(
+            for index, started in list(running.items()):
+                if slots[index]:
+                    outcome = slots[index][0]
+                    if isinstance(outcome, UserError):
+                        raise outcome
+                    if isinstance(outcome, BaseException):  # a crashing environment ends its
+                        outcome = StepResult(done=True, tool_call=True, tool_error=True)  # row
+                    results[index] = outcome
+                    del running[index]
+                elif now - started > limit:
+                    results[index] = StepResult(
                         done=True,
                         tool_call=True,
                         tool_error=True,
                         tool_timeout=True,
-                        tool_seconds=seconds,
+                        tool_seconds=now - started,
                     )
-                    abandoned = True
-            if any(r is None for r in results):
+                    del running[index]
+            if running:
                 time.sleep(_POLL_S)
-        if abandoned:  # its thread may never return: later steps get fresh workers
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="rlvr-env")
         return results  # type: ignore[return-value]
 
     def _observation_ids(self, text: str, result: StepResult | None, finish: str) -> list[int]:
@@ -296,23 +303,17 @@ def chat_observation_ids(tokenizer: Any, role: str, text: str, *, ended_at_eos: 
 
 def with_environment(engine: Any, tokenizer: Any, env: Any) -> Any:
     """`engine` itself when the environment section `env` (rlvr.config.EnvironmentConfig)
-    names none; else a MultiTurnEngine around it with that environment. The python tool's
-    format gives the stop strings; a user class may declare its own as a class attribute
-    `stop` (a tuple of strings)."""
+    names none; else a MultiTurnEngine around it with that environment (its stop strings from
+    `environment_from_config`)."""
     if not env.name:
         return engine
-    if env.name == "python":
-        make = environment_factory(
-            "python",
-            format=env.format,
-            timeout_s=env.timeout_s,
-            memory_mb=env.memory_mb,
-            max_output_chars=env.max_output_chars,
+    chat = bool(getattr(tokenizer, "chat_template", None))
+    if env.name == "python" and env.format == "hermes" and not chat:
+        raise ConfigError(
+            "environment.format: hermes shows tool output as a chat message, but this model's "
+            "tokenizer has no chat template; use environment.format=tags or fenced"
         )
-        stop = tool_format(env.format).stop
-    else:
-        make = environment_factory(env.name)
-        stop = tuple(getattr(make, "stop", ()))
+    make, stop = environment_from_config(env)
     return MultiTurnEngine(
         engine,
         tokenizer,

@@ -22,6 +22,7 @@ import torch
 
 from rlvr.config import Config
 from rlvr.distributed.world import World
+from rlvr.environments import PYTHON_TOOL_SCHEMA
 from rlvr.errors import ConfigError
 from rlvr.models.loading import encode_prompt, load_model, load_tokenizer, uses_chat_template
 from rlvr.models.lora import is_lora, reference_context
@@ -39,6 +40,7 @@ class Policy:
     world: World
     device: torch.device
     system_prompt: str | None = None
+    tools: list[dict] | None = None  # declared to the chat template (the hermes tool format)
 
     @property
     def sharded(self) -> bool:
@@ -56,6 +58,7 @@ class Policy:
             sample["prompt"],
             chat=self.chat,
             system_prompt=sample.get("system") or self.system_prompt,
+            tools=self.tools,
         )
 
     def run(self, fn: Callable[..., Any], model: torch.nn.Module, *args: Any, **kw: Any) -> Any:
@@ -165,4 +168,12 @@ def build_policy(cfg: Config, world: World, device: torch.device, dtype: Any) ->
         world=world,
         device=device,
         system_prompt=cfg.data.system_prompt,
+        tools=declared_tools(cfg.environment),
     )
+
+
+def declared_tools(env: Any) -> list[dict] | None:
+    """The tools a chat template is told of: the python tool's schema in its hermes format."""
+    if env.name == "python" and env.format == "hermes":
+        return [PYTHON_TOOL_SCHEMA]
+    return None

@@ -203,7 +203,8 @@ def eval_line(when: str, e: Mapping[str, float]) -> str:
         parts.append(
             f"accuracy {e['accuracy']:.3f}  pass1_t1 {e['pass1_t1']:.3f}  "
             f"reasoning {e['reasoning_fraction']:.3f}  length {e['mean_length']:.1f}  "
-            f"(n={e['n']})"
+            + (f"tool calls {e['tool_call_fraction']:.3f}  " if "tool_call_fraction" in e else "")
+            + f"(n={e['n']})"
         )
     if "loss" in e:
         parts.append(f"sft loss {e['loss']:.4f}")
