@@ -176,3 +176,37 @@ def test_without_vllm_the_engine_is_a_one_line_error_naming_the_fix(monkeypatch)
     monkeypatch.setattr(builtins, "__import__", no_vllm)
     with pytest.raises(UserError, match="rollout.engine=vllm needs vLLM.*rollout.engine=fast"):
         vllm_engine.import_vllm()
+
+
+def test_multi_turn_rollouts_run_around_the_vllm_engine(vllm_setup, prompts):
+    """The multi-turn engine around vLLM: turns stop at an environment's stop string, the
+    observation is inserted and masked, and vLLM's log-probs of every sampled token are the
+    learner's (so the sequence vLLM continued from is exactly the trained one)."""
+    from rlvr.environments import StepResult
+    from rlvr.rollout.multi_turn import MultiTurnEngine
+
+    class Echo:
+        def reset(self, sample):
+            return None
+
+        def step(self, text):
+            if text.endswith("x"):
+                return StepResult(observation="=7\n", tool_call=True)
+            return StepResult(done=True)
+
+    engine, model, tokenizer = vllm_setup
+    multi = MultiTurnEngine(engine, tokenizer, Echo, max_turns=4, stop=("x",))
+    batch = multi.generate(
+        prompts,
+        3,
+        SamplingParams(temperature=1.0, max_new_tokens=40),
+        generator=torch.Generator().manual_seed(2),
+    )
+    assert any(t.calls for t in batch.tools)
+    tokens = make_token_batch(batch.prompt_ids, batch.completion_ids, 0, batch.loss_masks)
+    with torch.no_grad():
+        lp, _ = completion_logprobs(model, tokens, temperature=1.0)
+    for i in range(len(batch)):
+        n, mask = batch.completion_ids[i].numel(), batch.loss_masks[i].bool()
+        torch.testing.assert_close(batch.logprobs[i][mask], lp[i, :n][mask], atol=1e-4, rtol=1e-4)
+        assert tokenizer.decode(batch.completion_ids[i][~mask]) == "=7\n" * int((~mask).sum() // 3)
