@@ -16,7 +16,8 @@ Also checked: no cycle in the module import graph (an import of `rlvr.a.b` is an
 `rlvr.a.b`, `from rlvr.a import b` to `rlvr.a.b` when that is a module, else to `rlvr.a`); no
 source file in src/ over 600 lines (`.py` and `.yaml`: the embedded models' weights and
 tokenizers are data); and `rewards/`, `environments/`, `config/` and `algorithms/names.py`
-never import torch, transformers or numpy, so a verifier or a config runs where none of them is installed.
+never import torch, transformers or numpy, so a verifier or a config runs where none of them
+is installed.
 
 docs/architecture.md ("Floors") shows the same order as above; a test keeps the two equal.
 """
