@@ -12,10 +12,12 @@
 The observation `<output>...</output>` (both tags included) is the environment's text, not the
 model's: it is in the input but carries no loss, as RL masks it. The answer after it does.
 
-The tokenizer is the addition tokenizer plus `(` and `)`, with `<think>` `</think>` `<python>`
-`</python>` `<output>` `</output>` as single non-special added tokens, so
-decode(..., skip_special_tokens=True) keeps them. It is character-level, so the observation
-tokenized alone gives the same ids as inside a whole transcript.
+The tokenizer is the addition tokenizer plus the rest of printable ASCII except `<` and `>`
+(`(` `)` for `print(...)`, the others so that other code and most tracebacks round-trip), with
+`<think>` `</think>` `<python>` `</python>` `<output>` `</output>` as single non-special added
+tokens, so decode(..., skip_special_tokens=True) keeps them, and a tag can only be written as
+its token. It is character-level, so the observation tokenized alone gives the same ids as
+inside a whole transcript.
 
 `complete_with_tool` decodes with a stand-in for the tool (`emulated_tool`: the product of a
 `print(x*y)` call computed in Python, no sandbox), for the build's evaluation and for
@@ -42,7 +44,9 @@ from rlvr.rewards.exact import (
     exact_answer_reward,
 )
 
-EXTRA_CHARACTERS = "()"  # for print(...); appended to the addition tokenizer's characters
+# Appended to the addition tokenizer's characters: the rest of printable ASCII but < and >, so
+# code and tracebacks round-trip while a tag can only be written as its one token.
+EXTRA_CHARACTERS = "()" + "!\"#$%&'/;@[\\]^_`{|}~\t"
 ADDED_TOKENS = (THINK_OPEN, THINK_CLOSE, PYTHON_OPEN, PYTHON_CLOSE, OUTPUT_OPEN, OUTPUT_CLOSE)
 _PRINT_PRODUCT = re.compile(r"print\((\d+)\*(\d+)\)")
 
