@@ -43,7 +43,7 @@ def _report(capsys) -> dict[str, str]:
 
 def test_7b_full_fine_tuning_in_mixed_precision_needs_16_bytes_per_parameter(llama7b, capsys):
     assert N_7B == 6_738_415_616
-    assert main(["estimate", f"model.name_or_path={llama7b}", "--precision", "mixed"]) == 0
+    assert main(["estimate", f"model.name_or_path={llama7b}", "--precision", "bf16-mixed"]) == 0
     r = _report(capsys)
     assert r["parameters"].endswith(f"({N_7B:,})")
     assert r["bytes/trainable param"] == "16.0"
@@ -71,7 +71,8 @@ def test_reference_lora_fsdp_and_kv_cache_follow_the_formulas(llama7b, capsys):
     lora = L * 16 * (4 * (H + H) + 2 * (H + FF) + (FF + H))  # q,k,v,o + gate,up + down
     assert r["trainable"].endswith(f"({lora:,})")
     assert r["reference"] == "0.0 MiB"  # the adapter-disabled policy is the reference
-    assert r["optimizer"] == f"{lora * 4 / 2**20:.1f} MiB"
+    # peft keeps the adapters in fp32 over the bf16 base: fp32 moments
+    assert r["optimizer"] == f"{lora * 8 / 2**20:.1f} MiB"
 
 
 def test_bad_arguments_are_one_line_errors(capsys, tmp_path):

@@ -1,6 +1,6 @@
 """`rlvr estimate`: the memory a training configuration needs, per device, before running it.
 
-    rlvr estimate [--config FILE.yaml] [key=value ...] [--precision auto|fp32|mixed|bf16]
+    rlvr estimate [--config FILE.yaml] [key=value ...] [--precision auto|fp32|bf16-mixed|bf16]
                   [--world-size W] [--fsdp] [--prompt-tokens P]
 
 Reads only the model's config.json (parameter counts come from building the model on the meta
@@ -30,8 +30,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--precision",
         default="auto",
         choices=PRECISIONS,
-        help="auto = what rlvr uses for model.dtype/model.device; mixed = fp32 master weights "
-        "and moments with 16-bit activations (default: auto)",
+        help="auto = the config's model.precision as rlvr train resolves it on model.device; "
+        "bf16-mixed = fp32 master weights and moments with bf16 activations (default: auto)",
     )
     parser.add_argument("--world-size", type=int, default=1, help="data-parallel ranks")
     parser.add_argument("--fsdp", action="store_true", help="shard weights/grads/optimizer")
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    precision = resolve_precision(args.precision, cfg.model.dtype, device)
+    precision = resolve_precision(args.precision, cfg.model, device)
     # Data parallel: each rank generates and trains on its share of the step's rows.
     rows = -(-cfg.rollout.prompts_per_step * cfg.rollout.group_size // args.world_size)
     parts = estimate(

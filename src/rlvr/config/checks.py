@@ -167,7 +167,8 @@ def config_warnings(cfg: Config) -> list[str]:
     """One line per option set to a non-default value that the rest of `cfg` makes ineffective,
     e.g. "algorithm.std=sample has no effect: algorithm.advantage=rloo does not read it (read by
     grpo, reinforce_pp, reinforce_pp_baseline)". The default config gives []. A key is named once,
-    with the first reason found. Nothing is printed: the caller shows the lines.
+    with the first reason found. Last, the pure 16-bit training line (`precision_warning`).
+    Nothing is printed: the caller shows the lines.
     """
     lines: list[str] = []
     named: set[str] = set()
@@ -248,6 +249,12 @@ def config_warnings(cfg: Config) -> list[str]:
     if cfg.model.lora_rank == 0:
         for name in ("lora_alpha", "lora_dropout", "lora_target_modules"):
             unused(f"model.{name}", "model.lora_rank=0 trains every weight, no adapters")
+    if cfg.model.precision != "auto" and not cfg.distributed.ray:
+        unused(
+            "model.dtype",
+            f"model.precision={cfg.model.precision} sets the trained weights' dtype (model.dtype "
+            "is read by inference commands and Ray rollout actors)",
+        )
     if cfg.model.chat_template == "never":
         unused("data.system_prompt", "it is used only with a chat template (model.chat_template)")
     for task, names in TASK_KEYS.items():
@@ -264,7 +271,32 @@ def config_warnings(cfg: Config) -> list[str]:
     if not cfg.distributed.ray:
         for name in RAY_KEYS:
             unused(f"distributed.{name}", "distributed.ray is false")
-    return lines
+    pure = precision_warning(cfg.model)
+    return lines + ([pure] if pure else [])
+
+
+# Relative spacing of the 16-bit formats: an AdamW update smaller than about half of it rounds
+# back to the same weight (at lr 1e-6, an update's relative size is ~1e-6/|w|).
+RESOLUTION = {"bf16": "2^-8", "fp16": "2^-11"}
+
+
+def precision_warning(model: ModelConfig) -> str | None:
+    """The line `rlvr train` shows when it would train pure 16-bit weights (their AdamW updates
+    below the format's resolution vanish), else None. Pure only when asked for by name, so the
+    device does not matter. LoRA trains only its adapters, which peft keeps in fp32 over a
+    16-bit base: nothing to warn about."""
+    layout = model.training_precision("cpu")
+    if layout not in RESOLUTION or model.lora_rank:
+        return None
+    cause = (
+        f"model.precision={layout}"
+        if model.precision != "auto"
+        else f"model.dtype={model.dtype} (model.precision=auto trains pure {layout} weights)"
+    )
+    return (
+        f"{cause}: AdamW updates below {layout} resolution (~{RESOLUTION[layout]} relative) are "
+        "lost; use bf16-mixed"
+    )
 
 
 def _unread_options(

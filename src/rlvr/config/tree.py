@@ -33,6 +33,11 @@ from rlvr.config.checks import check_template, validate
 from rlvr.config.fields import _f, describe_tree, leaf_keys, load_tree
 from rlvr.errors import ConfigError
 
+# model.precision: how `rlvr train` stores and computes (ModelConfig.training_precision)
+PRECISIONS = ("auto", "fp32", "bf16-mixed", "bf16")
+# model.dtype (not auto) -> the pure layout it asks for under model.precision=auto
+PURE_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
 
 @dataclass
 class ModelConfig:
@@ -43,8 +48,17 @@ class ModelConfig:
     )
     dtype: str = _f(
         "auto",
-        "auto = fp32 on CPU, bf16 on CUDA",
+        "weights' dtype of inference (eval, sample, Ray rollout actors) and SFT; auto = fp32 on "
+        "CPU, bf16 on CUDA. `rlvr train` follows model.precision",
         choices=["auto", "float32", "bfloat16", "float16"],
+    )
+    precision: str = _f(
+        "auto",
+        "rlvr train's numerics: fp32; bf16-mixed = fp32 master weights and AdamW state, bf16 "
+        "compute (autocast), fp32 log-probs and loss; bf16 = pure bf16 weights (small updates "
+        "are lost); auto = bf16-mixed on CUDA, fp32 on CPU, pure weights of an explicit "
+        "model.dtype",
+        choices=list(PRECISIONS),
     )
     device: str = _f("auto", "auto = cuda if available, else cpu", choices=["auto", "cpu", "cuda"])
     chat_template: str = _f(
@@ -63,6 +77,18 @@ class ModelConfig:
     lora_target_modules: list[str] = _f(
         ["all-linear"], "modules that get adapters: 'all-linear' or names like q_proj, v_proj"
     )
+
+    def training_precision(self, device: str, bf16_supported: bool = True) -> str:
+        """The layout `rlvr train` uses on a `device` type ('cpu', 'cuda'): fp32, bf16-mixed,
+        bf16 or fp16 (the last only from model.dtype=float16). model.precision when set; for
+        auto, an explicit model.dtype keeps its meaning of pure weights in that dtype (float32 ->
+        fp32, bfloat16 -> bf16, float16 -> fp16), else bf16-mixed on a CUDA device that
+        supports bf16, else fp32 (bf16 matmuls are ~100x slower than fp32 on common CPUs)."""
+        if self.precision != "auto":
+            return self.precision
+        if self.dtype != "auto":
+            return PURE_PRECISION[self.dtype]
+        return "bf16-mixed" if device == "cuda" and bf16_supported else "fp32"
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,38 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
             return torch.bfloat16
         return torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How `rlvr train` stores and computes the policy (model.precision, docs/memory.md).
+
+    name     fp32 | bf16-mixed | bf16 | fp16 (the last from model.dtype=float16)
+    weights  the dtype the trained weights are loaded in: AdamW steps these (fp32 masters under
+             bf16-mixed), and its moments and the gradients follow them
+    compute  the dtype the learner's forward passes run in under torch.autocast, or None for no
+             autocast (the weights' own dtype)
+    """
+
+    name: str
+    weights: torch.dtype
+    compute: torch.dtype | None
+
+
+PRECISION_DTYPES = {
+    "fp32": (torch.float32, None),
+    "bf16-mixed": (torch.float32, torch.bfloat16),
+    "bf16": (torch.bfloat16, None),
+    "fp16": (torch.float16, None),
+}
+
+
+def resolve_precision(cfg: ModelConfig, device: torch.device) -> Precision:
+    """model.precision on `device` (`ModelConfig.training_precision`): auto = bf16-mixed on CUDA
+    with bf16, fp32 elsewhere, or the pure layout of an explicit model.dtype."""
+    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    name = cfg.training_precision(device.type, bf16_supported=bf16)
+    return Precision(name, *PRECISION_DTYPES[name])
 
 
 def resolve_model_path(name_or_path: str, gguf_file: str | None = None) -> str:

@@ -26,7 +26,7 @@ import torch
 from rlvr.config import Config, dump_yaml, to_dict
 from rlvr.data.registry import build_task
 from rlvr.distributed.world import World, init_world
-from rlvr.models.loading import resolve_device, resolve_dtype
+from rlvr.models.loading import resolve_device
 from rlvr.observe.diagnostics import diagnose
 from rlvr.observe.metrics import memory_metrics
 from rlvr.rewards.compose import build_verifier
@@ -91,8 +91,7 @@ class GRPOTrainer:
             keep_freed_memory()  # before the model: its blocks come from the kept heap too
         self.verifier = build_verifier(cfg.reward.verifier)
         self.task = build_task(cfg.data)
-        dtype = resolve_dtype(cfg.model.dtype, self.device)
-        self.policy = build_policy(cfg, self.world, self.device, dtype)
+        self.policy = build_policy(cfg, self.world, self.device)  # weights: model.precision
         self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
         self.encode = self.policy.encode
         r = cfg.rollout

@@ -55,8 +55,13 @@ class Learner:
     def unit_logprobs(
         self, model: Any, unit: Any, **options: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[R, width] completion log-probs (and entropies) of one unit's rows under `model`."""
-        return self.policy.run(self.forward.logprobs, model, unit, **options)
+        """[R, width] completion log-probs (and entropies) of one unit's rows under `model`:
+        every pass of the update (the gradient pass, old and reference log-probs, FSDP's idle
+        passes) runs here, under the policy's autocast when mixed precision is on; the
+        log-probs come back in fp32 (the head and log-softmax run outside autocast,
+        rlvr.training.logprobs) and the loss and backward run after the context is left."""
+        with self.policy.autocast():
+            return self.policy.run(self.forward.logprobs, model, unit, **options)
 
     @torch.no_grad()
     def logprobs(self, model: Any, tokens: TokenBatch) -> torch.Tensor:

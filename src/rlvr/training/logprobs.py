@@ -125,6 +125,8 @@ def completion_logprobs(
     Logits are divided by the sampling temperature, so the log-probs are those of the policy the
     completions were sampled from (top-k/top-p truncation is a sampling device, not the policy).
     Entropy, when asked for, is that of the same tempered distribution, per token (nats).
+    The model's own forward computes the logits: under autocast (bf16-mixed) its head's matmul
+    runs in bf16 and only the log-softmax in fp32; the packed path keeps the head in fp32 too.
     """
     device = next(model.parameters()).device
     width = batch.completion_width
@@ -434,10 +436,31 @@ def chunked_token_logprobs(
     carries no gradient. With `entropy_grad` (an entropy bonus needs ∂H) while gradients are
     on, and for any other head, each chunk instead runs `_chunk_logprobs` under
     torch.utils.checkpoint: its logits are freed after the forward and recomputed in backward.
-    Returns float32 ([K], [K] or None); float64 for a float64 head.
+    Under torch.autocast (model.precision=bf16-mixed) all of it runs with autocast off, on
+    hidden states cast to the head's dtype. Returns float32 ([K], [K] or None); float64 for a
+    float64 head.
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        # Mixed precision: the head's matmul and the log-softmax run in the head's own (fp32)
+        # dtype, not bf16: bf16 logits are off by ~|z|·2^-8, e.g. 0.1 nats at z = 25, and the
+        # policy ratio exp(log p - log p_old) would carry that noise. With autocast off here the
+        # fused head applies (a float32 weight and hidden states of its dtype).
+        weight = model.get_output_embeddings().weight
+        if weight.dtype.is_floating_point:
+            hidden = hidden.to(weight.dtype)
+        with torch.autocast(device_type, enabled=False):
+            return chunked_token_logprobs(
+                model,
+                hidden,
+                targets,
+                temperature=temperature,
+                chunk_size=chunk_size,
+                with_entropy=with_entropy,
+                entropy_grad=entropy_grad,
+            )
     if hidden.shape[0] == 0:  # no completion tokens at all
         dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
         empty = hidden[:0, 0].to(dtype)  # keeps the graph, so backward still runs

@@ -2,32 +2,42 @@
 
 Per device, for a policy of N parameters (T of them trainable) in a run's configuration:
 
-  weights         N * b_w            b_w: 4 (fp32 weights, also under mixed precision, where the
-                                     fp32 master copy is what is stored) or 2 (pure bf16/fp16)
-  gradients       T * b_g            b_g = b_w
-  optimizer       T * 8 or T * 4     AdamW's two moments: fp32 (8 bytes) unless the weights are
-                                     pure bf16/fp16 (the moments follow the parameter dtype: 4)
+  weights         N * b_w            b_w: 4 (fp32 weights, also under bf16-mixed, where the
+                                     fp32 master copy is what is stored) or 2 (pure bf16/fp16);
+                                     LoRA: a frozen base of (N - T) * b_w, with b_w = 2 under
+                                     bf16-mixed too, and T * 4 of adapters (peft keeps them in
+                                     fp32 over a 16-bit base)
+  gradients       T * b_t            b_t: the trained weights' bytes (b_w; LoRA: 4)
+  optimizer       T * 2 * b_t        AdamW's two moments follow the trained weights' dtype
+  compute copy    T' * 2 (/ L)       bf16-mixed only (T' = N, LoRA: T): the bf16 casts of the
+                                     fp32 weights autocast
+                                     makes in the gradient pass, saved for its backward (whole
+                                     weights even under FSDP: autocast casts gathered ones);
+                                     one layer's (N * 2 / L) with gradient checkpointing
   reference       N * b_w            only when algorithm.kl_coef > 0 and without LoRA (LoRA's
                                      reference is the adapter-disabled policy: no copy)
-  KV cache        2 * L * H_kv * d_head * (P + C) * R * b_a
+  KV cache        2 * L * H_kv * d_head * (P + C) * R * b_w
                                      R = rows decoded together (min(max_batch_size, prompts x G)),
-                                     P = prompt tokens, C = rollout.max_new_tokens, b_a = 2 on
-                                     bf16/mixed, 4 on fp32
+                                     P = prompt tokens, C = rollout.max_new_tokens; the engines
+                                     decode in the weights' dtype (fp32 under bf16-mixed)
   activations     per micro-batch of S tokens: S * h * L * 34 * b_a / 2 without checkpointing
                   (the per-layer term of Korthikanti et al. 2022, 34 bytes/token/hidden in 16-bit,
                   attention scores excluded as with fused SDPA kernels), S * h * L * b_a with
                   gradient checkpointing (one hidden state per layer kept), plus the logits
-                  S * V * 4 (fp32 log-softmax of the completion positions)
+                  S * V * 4 (fp32 log-softmax of the completion positions); b_a = 2 under
+                  bf16-mixed and pure 16-bit, 4 in fp32
 
 With FSDP over W ranks, weights, gradients and optimizer state are divided by W.
 
 So full fine-tuning with Adam costs 16 bytes per trainable parameter both in fp32 and in
-mixed precision (fp32 master weights + bf16 compute: 4 + 4 + 8), and 8 in pure bf16 (2 + 2 + 4):
-a 7B model in mixed precision needs 112 GB for weights, gradients and optimizer alone.
+bf16-mixed (fp32 master weights + bf16 compute: 4 + 4 + 8, plus the transient 2-byte compute
+copy), and 8 in pure bf16 (2 + 2 + 4): a 7B model in bf16-mixed needs 112 GB for weights,
+gradients and optimizer alone.
 
 Decision: the estimate is what rlvr itself would allocate for the configuration (precision
-"auto" = fp32 on CPU; bf16 weights and moments when model.dtype=bfloat16), with `--precision`
-to plan other layouts; activations are an order-of-magnitude guide, the rest is exact
+"auto" = model.precision as `rlvr train` resolves it: bf16-mixed on CUDA, fp32 on CPU, pure
+16-bit for an explicit model.dtype), with `--precision` to plan other layouts; activations are
+an order-of-magnitude guide, the rest is exact
 arithmetic from the model config (parameter counts come from building the model on the meta
 device, so no weights are read or downloaded).
 """
@@ -37,7 +47,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PRECISIONS = ("auto", "fp32", "mixed", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16-mixed", "bf16")  # model.precision's choices
+LAYOUTS = ("fp32", "bf16-mixed", "bf16", "fp16")  # what auto resolves to (fp16: model.dtype)
 GIB = 2**30
 
 
@@ -110,11 +121,14 @@ def estimate(
     fsdp: bool = False,
 ) -> dict[str, float]:
     """Bytes per device of each part (see the module docstring for every formula)."""
-    if precision not in ("fp32", "mixed", "bf16"):
-        raise ValueError(f"precision must be fp32, mixed or bf16, got {precision!r}")
-    b_w = 2 if precision == "bf16" else 4
+    if precision not in LAYOUTS:
+        raise ValueError(f"precision must be one of {', '.join(LAYOUTS)}, got {precision!r}")
+    pure16 = precision in ("bf16", "fp16")
+    # a 16-bit frozen base in the pure layouts, and under bf16-mixed with LoRA (build_policy)
+    b_w = 2 if pure16 or (lora and precision == "bf16-mixed") else 4
+    b_t = 4 if lora else b_w
     b_a = 4 if precision == "fp32" else 2
-    moments = 4 if precision == "bf16" else 8
+    moments = 2 * b_t
     shard = world_size if fsdp else 1
     n, t = shape.num_parameters, shape.trainable_parameters
     base = n - t if lora else n  # frozen base weights under LoRA are never sharded apart
@@ -122,9 +136,14 @@ def estimate(
     tokens = micro_batch_rows * seq
     per_layer_act = 34 * b_a / 2 if not gradient_checkpointing else b_a
     parts = {
-        "weights": (base + (t if lora else 0)) * b_w / shard,
-        "gradients": t * b_w / shard,
+        "weights": (base * b_w + (t * b_t if lora else 0)) / shard,
+        "gradients": t * b_t / shard,
         "optimizer": t * moments / shard,
+        "compute_copy": (
+            (t if lora else n) * 2.0 / (shape.num_layers if gradient_checkpointing else 1)
+            if precision == "bf16-mixed"
+            else 0.0
+        ),
         "reference": (n * b_w / shard) if (kl_coef > 0 and not lora) else 0.0,
         "kv_cache": 2.0
         * shape.num_layers
@@ -132,25 +151,23 @@ def estimate(
         * shape.head_dim
         * seq
         * rows_decoded
-        * b_a,
+        * b_w,
         "activations": tokens * shape.hidden_size * shape.num_layers * per_layer_act,
         "logits": micro_batch_rows * max_new_tokens * shape.vocab_size * 4.0,
     }
     parts["total"] = sum(parts.values())
     # weight + gradient + moments of one trainable parameter, before sharding
-    parts["bytes_per_trainable_parameter"] = float(2 * b_w + moments)
+    parts["bytes_per_trainable_parameter"] = float(2 * b_t + moments)
     return parts
 
 
-def resolve_precision(precision: str, dtype: str, device: str) -> str:
-    """What rlvr trains in for model.dtype/model.device when precision is 'auto'."""
+def resolve_precision(precision: str, model: Any, device: str) -> str:
+    """The layout to plan: `precision` (the --precision flag) unless 'auto', then what `rlvr
+    train` would use for the config's model section on `device` ('cpu'/'cuda'; a CUDA device
+    is assumed to support bf16)."""
     if precision != "auto":
         return precision
-    if dtype == "float32":
-        return "fp32"
-    if dtype in ("bfloat16", "float16"):
-        return "bf16"
-    return "bf16" if device == "cuda" else "fp32"  # dtype auto: bf16 weights on CUDA
+    return model.training_precision(device)
 
 
 def _count(n: int) -> str:
@@ -174,6 +191,7 @@ def format_report(shape: ModelShape, parts: dict[str, float], precision: str, no
         "weights",
         "gradients",
         "optimizer",
+        "compute_copy",
         "reference",
         "kv_cache",
         "activations",

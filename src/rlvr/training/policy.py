@@ -8,13 +8,15 @@ rollout_model  the weights generation reads: the model itself, or a whole-weight
                on a snapshot
 fsdp_root      FSDP2's root unit; a log-prob function called through it runs with the root's
                parameters gathered (rlvr.distributed.fsdp)
+compute_dtype  bf16 under model.precision=bf16-mixed: the learner's passes run under
+               torch.autocast (`autocast`) over fp32 weights; None: in the weights' dtype
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,13 @@ from rlvr.config import Config
 from rlvr.distributed.world import World
 from rlvr.environments import PYTHON_TOOL_SCHEMA
 from rlvr.errors import ConfigError
-from rlvr.models.loading import encode_prompt, load_model, load_tokenizer, uses_chat_template
+from rlvr.models.loading import (
+    encode_prompt,
+    load_model,
+    load_tokenizer,
+    resolve_precision,
+    uses_chat_template,
+)
 from rlvr.models.lora import is_lora, reference_context
 
 
@@ -41,6 +49,7 @@ class Policy:
     device: torch.device
     system_prompt: str | None = None
     tools: list[dict] | None = None  # declared to the chat template (the hermes tool format)
+    compute_dtype: torch.dtype | None = None
 
     @property
     def sharded(self) -> bool:
@@ -67,6 +76,19 @@ class Policy:
         if self.fsdp_root is not None and model is self.model:
             return self.fsdp_root(fn, *args, **kw)
         return fn(model, *args, **kw)
+
+    def autocast(self) -> AbstractContextManager:
+        """The context of the learner's forward passes: torch.autocast to `compute_dtype` on the
+        policy's device under mixed precision; under fp32 and pure 16-bit no context at all,
+        so those runs take exactly the code path they took before mixed precision existed.
+
+        Without autocast's cache of weight casts: each context holds one forward, which casts
+        each weight once anyway, and the cache would keep a bf16 copy of every weight alive to
+        the end of the forward, even in no-grad passes and in layers whose activations
+        gradient checkpointing frees (under FSDP, copies of the gathered, whole weights)."""
+        if self.compute_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype, cache_enabled=False)
 
     @contextmanager
     def reference(self) -> Iterator[torch.nn.Module]:
@@ -132,10 +154,18 @@ def check_policy_config(cfg: Config, world: World) -> None:
         )
 
 
-def build_policy(cfg: Config, world: World, device: torch.device, dtype: Any) -> Policy:
-    """Tokenizer, model (replicas start identical), reference, rollout copy, FSDP sharding."""
+def build_policy(cfg: Config, world: World, device: torch.device) -> Policy:
+    """Tokenizer, model (replicas start identical), reference, rollout copy, FSDP sharding.
+
+    The weights load in model.precision's weight dtype (fp32 masters under bf16-mixed); the
+    reference and the rollout replica take the same dtype, so the reference's log-probs match
+    the policy's at step 0 and the engines generate from the weights as trained (fp32 under
+    bf16-mixed: engines run no autocast). LoRA under bf16-mixed loads its frozen base in bf16:
+    only the adapters train, and peft keeps them in fp32 over a 16-bit base."""
     check_policy_config(cfg, world)
     m = cfg.model
+    precision = resolve_precision(m, device)
+    dtype = precision.compute if m.lora_rank and precision.compute else precision.weights
     tokenizer = load_tokenizer(m.name_or_path, m.trust_remote_code, m.gguf_file)
     chat = uses_chat_template(tokenizer, m.chat_template)
     model = load_model(m, device, dtype, train=True)
@@ -169,6 +199,7 @@ def build_policy(cfg: Config, world: World, device: torch.device, dtype: Any) ->
         device=device,
         system_prompt=cfg.data.system_prompt,
         tools=declared_tools(cfg.environment),
+        compute_dtype=precision.compute,
     )
 
 
