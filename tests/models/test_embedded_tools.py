@@ -47,6 +47,15 @@ def test_tokenizer_round_trips_a_transcript_and_tags_are_single_non_special_toke
     assert not getattr(tokenizer, "chat_template", None)
 
 
+def test_code_and_tracebacks_round_trip_and_angle_brackets_only_come_as_tags(tokenizer):
+    code = "x = [347, 28]\nprint(x[0] * x[1] % 7, 'a_b', \"c\")  # {~^|@$&!;/\\`}\t"
+    ids = tokenizer.encode(code)
+    assert tokenizer.unk_token_id not in ids and tokenizer.decode(ids) == code
+    trace = '  File "/tmp/tool.py", line 2\nZeroDivisionError: division by zero\n'
+    assert tokenizer.decode(tokenizer.encode(trace)) == trace
+    assert tokenizer.encode("<module>").count(tokenizer.unk_token_id) == 2
+
+
 def test_the_observation_tokenized_alone_matches_its_tokens_inside_a_transcript(tokenizer):
     task = MultiplicationTask()
     prefix = task.format_prompt(347, 28) + PYTHON_OPEN + "print(347*28)" + PYTHON_CLOSE
