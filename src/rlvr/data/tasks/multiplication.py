@@ -33,7 +33,7 @@ pretraining corpus and the tests agree on one definition:
 
 Example for 347*28 (= 9716)::
 
-    direct: 2656
+    direct: 6266
     tool:   <python>print(347*28)</python><output>9716\\n</output>9716
 """
 
