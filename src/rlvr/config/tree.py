@@ -346,6 +346,13 @@ class TrainingConfig:
         "prompt's tokens run once per unit instead of once per row (exact); "
         "docs/training-speed.md",
     )
+    packed_attention: str = _f(
+        "auto",
+        "packed update's attention: dense (a [W, W] mask per sequence), segments (each row's "
+        "own causal attention, no mask: memory linear in the tokens), flex (FlexAttention, "
+        "CUDA only), auto (dense up to width 384, segments above); docs/training-speed.md",
+        choices=["auto", "dense", "segments", "flex"],
+    )
     skip_zero_advantage: bool = _f(
         True,
         "skip the forward/backward of rows whose advantage is 0 everywhere when their gradient "

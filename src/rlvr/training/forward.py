@@ -12,13 +12,17 @@ Both paths share one interface, chosen by `training.token_budget`:
 - `PackedForward` (token_budget > 0, the default): rows packed without padding into
   micro-batches of at most `token_budget` tokens, block-diagonal attention, one prompt copy per
   shared-prompt unit; log-probs from the decoder's hidden states at completion positions only,
-  projected to the vocabulary in chunks (rlvr.training.packing). Before its first unit it checks
-  once that the model's logits are its output head applied to its hidden states (`check`).
+  projected to the vocabulary in chunks (rlvr.training.packing). The attention of a micro-batch
+  follows `training.packed_attention` and its width (`attention_method`: under `auto` the dense
+  mask up to 384 positions, mask-free segments above). Before its first unit it checks once
+  that the model's logits are its output head applied to its hidden states, and that the
+  mask-free attention reproduces the dense mask's on this model (`check`).
 Both give the same log-probs within fp32 rounding (tests/training/test_packing.py).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -28,9 +32,11 @@ from rlvr.errors import ConfigError
 from rlvr.training.logprobs import TokenBatch, check_output_head, completion_logprobs
 from rlvr.training.packing import (
     PackedRows,
+    pack_rows,
     packed_completion_logprobs,
     packed_micro_batches,
 )
+from rlvr.training.segment_attention import attention_method, flex_unavailable
 
 Unit = TokenBatch | PackedRows
 
@@ -78,10 +84,12 @@ class PackedForward:
         pair_cost: float,
         chunk_size: int,
         temperature: float,
+        attention: str = "auto",
     ) -> None:
         self.token_budget, self.max_rows, self.pad_id = token_budget, micro_batch_size, pad_id
         self.share_prompts, self.pair_cost = share_prompts, pair_cost
         self.chunk_size, self.temperature = chunk_size, temperature
+        self.attention = attention  # training.packed_attention
         self.checked = False
 
     def micro_batches(self, tokens: TokenBatch, rows: torch.Tensor) -> list[tuple[Any, Unit]]:
@@ -108,6 +116,7 @@ class PackedForward:
             chunk_size=self.chunk_size,
             with_entropy=with_entropy,
             entropy_grad=entropy_grad,
+            attention=attention_method(self.attention, unit.input_ids.shape[1]),
         )
 
     def token_counts(self, unit: Unit) -> tuple[int, int]:
@@ -124,6 +133,7 @@ class PackedForward:
         was_training = model.training
         model.eval()  # no dropout: the two forwards must see the same network
         error = check_output_head(model, ids)
+        reason = None if self.attention == "dense" else self._attention_mismatch(model, tokens)
         model.train(was_training)
         if error > 1e-3:
             raise ConfigError(
@@ -131,7 +141,48 @@ class PackedForward:
                 f"its decoder's hidden states (relative difference {error:.2g}); set "
                 "training.token_budget=0 to train it with padded micro-batches"
             )
+        if reason is not None and self.attention != "auto":
+            raise ConfigError(
+                f"training.packed_attention={self.attention}: {reason}; use auto or dense"
+            )
+        if reason is not None:
+            warnings.warn(
+                f"training.packed_attention=auto: {reason}; the packed update keeps the dense "
+                "attention mask at every width",
+                stacklevel=2,
+            )
+            self.attention = "dense"
         self.checked = True
+
+    def _attention_mismatch(self, model: Any, tokens: TokenBatch) -> str | None:
+        """Why the mask-free attention cannot stand in for the dense mask on this model, or
+        None: it must give the dense mask's log-probs on a small layout of the step's row with the
+        longest completion (a shared-prompt unit of two completions, then the row alone) and run
+        where it will."""
+        method = "segments" if self.attention == "auto" else self.attention
+        if method == "flex":
+            reason = flex_unavailable(next(model.parameters()).device)
+            if reason is not None:
+                return reason
+        prompts, completions = tokens.unpadded()
+        i = max(range(len(completions)), key=lambda r: completions[r].numel())
+        p, c = prompts[i], completions[i]
+        if c.numel() == 0:
+            return None
+        packed = pack_rows([p, p, p], [c, c.flip(0), c], [[(0, 1), 2]], self.pad_id)
+        options = {"temperature": self.temperature, "chunk_size": self.chunk_size}
+        with torch.no_grad():
+            dense, _ = packed_completion_logprobs(model, packed, attention="dense", **options)
+            try:
+                other, _ = packed_completion_logprobs(model, packed, attention=method, **options)
+            except NotImplementedError as error:  # an attention feature segments do not model
+                return str(error)
+        # fp32 agrees to ~1e-6; 16-bit weights round each path differently
+        tolerance = 1e-3 if torch.finfo(next(model.parameters()).dtype).bits >= 32 else 5e-2
+        difference = float((other - dense).abs().max())
+        if not difference <= tolerance:  # NaN included
+            return f"its log-probs differ from the dense mask's by {difference:.2g}"
+        return None
 
 
 def build_forward(cfg: Config, pad_id: int, pair_cost: float) -> PaddedForward | PackedForward:
@@ -148,4 +199,5 @@ def build_forward(cfg: Config, pad_id: int, pair_cost: float) -> PaddedForward |
         pair_cost=pair_cost,
         chunk_size=t.logprob_chunk,
         temperature=temperature,
+        attention=t.packed_attention,
     )

@@ -27,6 +27,10 @@ many completions as fit in the sequence capacity; which capacity (the longest ro
 an eighth of it, up to a whole group) is chosen by a cost model: forward tokens plus the
 attention pairs of the dense mask, weighted by `pair_cost`.
 
+The 4D mask is the reference path; `packed_completion_logprobs(attention="segments" | "flex")`
+runs the same attention without it (rlvr.training.segment_attention: memory linear in the
+tokens, chosen by width under `training.packed_attention=auto`).
+
 The SFT trainer uses `pack` and `block_causal_mask`; the GRPO trainer `packed_micro_batches` and
 `packed_completion_logprobs`.
 """
@@ -40,6 +44,7 @@ from typing import Any
 import torch
 
 from rlvr.training.logprobs import chunked_token_logprobs, final_hidden_states
+from rlvr.training.segment_attention import packed_attention_inputs
 
 
 def pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
@@ -471,24 +476,32 @@ def packed_completion_logprobs(
     chunk_size: int = 1024,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    attention: str = "dense",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(y_t | x, y_<t) of every completion token of the packed rows, [R, width] float32.
 
     Row r of the result is packed.rows[r]; columns past a row's completion hold 0 (mask them).
     Only the K completion-predicting positions are projected to the vocabulary, in chunks of
-    `chunk_size` (see chunked_token_logprobs). Entropy as in completion_logprobs.
+    `chunk_size` (see chunked_token_logprobs). Entropy as in completion_logprobs. `attention`:
+    "dense" (the [S, 1, W, W] mask of block_causal_mask) or a mask-free method of
+    rlvr.training.segment_attention ("segments", "flex"); the same result within fp32 rounding.
     """
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
+    if attention == "dense":
+        parents = None if packed.parent_ids is None else packed.parent_ids.to(device)
+        inputs = {
+            "attention_mask": block_causal_mask(packed.segment_ids.to(device), dtype, parents)
+        }
+    else:
+        inputs = packed_attention_inputs(
+            model, packed.segment_ids, packed.parent_ids, attention, device
+        )
     hidden = final_hidden_states(
         model,
         input_ids=packed.input_ids.to(device),
-        attention_mask=block_causal_mask(
-            packed.segment_ids.to(device),
-            dtype,
-            None if packed.parent_ids is None else packed.parent_ids.to(device),
-        ),
         position_ids=packed.position_ids.to(device),
+        **inputs,
     )
     selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, packed.predict_pos.to(device))
     lp, ent = chunked_token_logprobs(
