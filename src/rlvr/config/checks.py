@@ -227,7 +227,7 @@ def config_warnings(cfg: Config) -> list[str]:
     if cfg.reward.workers == 0:
         unused("reward.timeout_s", "reward.workers=0 scores in the trainer process, untimed")
     if cfg.training.token_budget == 0:
-        for name in ("logprob_chunk", "share_prompts"):
+        for name in ("logprob_chunk", "share_prompts", "packed_attention"):
             unused(
                 f"training.{name}",
                 "it applies to the packed update only and training.token_budget=0",
