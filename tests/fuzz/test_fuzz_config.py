@@ -178,7 +178,8 @@ def leaf_values(hint: Any, meta: dict, key: str) -> st.SearchStrategy[Any]:
         lo = meta.get("ge", meta.get("gt", -1000))
         hi = meta.get("le", meta.get("lt", 10**6))
         typed = st.integers(int(lo) - 3, int(hi) + 3)
-        valid = st.integers(meta.get("ge", meta.get("gt", -1) + 1), meta.get("le", 8))
+        low = meta.get("ge", meta.get("gt", -1) + 1)
+        valid = st.integers(low, meta.get("le", max(8, low + 8)))
     elif base is float:
         lo = meta.get("ge", meta.get("gt", -1e3))
         hi = meta.get("le", meta.get("lt", 1e3))

@@ -44,7 +44,9 @@ def test_the_tools_example_makes_tool_use_emerge(tmp_path, monkeypatch):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 25
     assert sum(r["tool_calls"] for r in rows) > 0
-    assert all(r["tool_errors"] == 0 and r["tool_timeouts"] == 0 for r in rows)
+    # every call is a real sandboxed run; almost all succeed (a few malformed programs fail)
+    assert sum(r["tool_errors"] for r in rows) <= 0.05 * sum(r["tool_calls"] for r in rows)
+    assert all(r["tool_timeouts"] == 0 for r in rows)
     samples = [json.loads(line) for line in (run / "samples" / "step-20.jsonl").open()]
     called = [s for s in samples if s["tool_calls"]]
     assert called and all(s["transcript"][1]["from"] == "env" for s in called)
