@@ -127,6 +127,134 @@ def test_a_dataset_task_needs_a_path():
 
 
 # ---------------------------------------------------------------------------------------------
+# How an override's value is read: by the key's type
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Answer format: <answer>N</answer>",  # YAML would read a mapping
+        "Reply #1 only",  # YAML would drop ' #1 only' as a comment
+        "true",  # YAML would read a bool
+        "0123",  # YAML would read the int 123
+        "- a list item?",
+        "[not, a, list]",
+        "  spaces kept  ",
+    ],
+)
+def test_a_text_key_takes_the_override_as_written(text):
+    cfg = load_config(None, [f"data.system_prompt={text}", f"model.name_or_path={text}"])
+    assert cfg.data.system_prompt == text
+    assert cfg.model.name_or_path == text
+
+
+def test_a_text_key_reads_nulls_and_quoted_values_as_yaml():
+    def system(value):
+        return load_config(None, [f"data.system_prompt={value}"]).data.system_prompt
+
+    assert system("null") is None and system("~") is None  # 'str or null': null is null
+    assert system("'null'") == "null" and system('"~"') == "~"
+    assert system("") == ""
+    assert system("'a: b'") == "a: b"
+    assert system("'it''s'") == "it's"  # YAML single quotes: '' is a quote, no escapes
+    assert system(r"'Q:\nA:'") == r"Q:\nA:"
+    assert system(r'"Q:\nA:\t\"x\" \\"') == 'Q:\nA:\t"x" \\'  # double quotes unescape
+    assert system("'a' and 'b'") == "'a' and 'b'"  # not one quoted scalar: as written
+    assert system("'a' #b'") == "'a' #b'"  # a quoted scalar, then a YAML comment: as written
+    assert system("'!!int x'") == "!!int x"
+    # A plain 'str' key: 'null' is text, not a missing value.
+    assert load_config(None, ["model.name_or_path=null"]).model.name_or_path == "null"
+    with pytest.raises(ConfigError, match="^data.task: expected one of .*got 'gym: x'"):
+        load_config(None, ["data.task=gym: x"])
+
+
+def test_a_text_key_in_a_yaml_file_is_yaml(tmp_path: Path):
+    f = tmp_path / "c.yaml"
+    f.write_text('data:\n  system_prompt: "Answer format: <answer>N</answer>"\n')
+    assert load_config(f).data.system_prompt == "Answer format: <answer>N</answer>"
+    over = load_config(f, ["data.system_prompt=Format: x"])
+    assert over.data.system_prompt == "Format: x"
+
+
+def test_a_list_of_text_splits_at_commas_outside_brackets_and_quotes():
+    cfg = load_config(
+        None,
+        [
+            "data.gym_config=[min_terms=2,operators=[+, -], x={a: 1, b: 2}]",
+            r"""rollout.stop=['</a>', "\n\n", 'a, b', "say \"hi, there\"", x: y,]""",
+            "logging.report_to=[]",
+        ],
+    )
+    assert cfg.data.gym_config == ["min_terms=2", "operators=[+, -]", "x={a: 1, b: 2}"]
+    assert cfg.rollout.stop == ["</a>", "\n\n", "a, b", 'say "hi, there"', "x: y"]
+    assert cfg.logging.report_to == []
+    # Not one bracketed list: one item, as written.
+    assert load_config(None, ["rollout.stop=</a>"]).rollout.stop == ["</a>"]
+    assert load_config(None, ["rollout.stop=[a, [b]"]).rollout.stop == ["[a, [b]"]
+    with pytest.raises(ConfigError, match=r"^logging.report_to\[1\]: expected one of"):
+        load_config(None, ["logging.report_to=[jsonl, 'wandb ']"])
+
+
+def test_other_keys_still_read_yaml():
+    cfg = load_config(None, ["eval.budgets=[64, 128]", "rollout.temperature=7e-1"])
+    assert cfg.eval.budgets == [64, 128] and cfg.rollout.temperature == pytest.approx(0.7)
+    assert load_config(None, ["algorithm.dual_clip_c=null"]).algorithm.dual_clip_c is None
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["training.steps=a: b"])  # text, not the mapping {'a': 'b'}
+    assert str(info.value) == "training.steps: expected int, got 'a: b'"
+    with pytest.raises(ConfigError, match=r"eval.budgets\[1\]: expected int, got 'x'"):
+        load_config(None, ["eval.budgets=[1, x]"])
+
+
+def test_parse_override_without_types_reads_yaml():
+    from rlvr.config import parse_override
+
+    assert parse_override("rl1.rollout.group_size=4") == ("rl1.rollout.group_size", 4)
+    assert parse_override("a.b=[x, y]") == ("a.b", ["x", "y"])
+    assert parse_override("a.b={x: 1}") == ("a.b", {"x": 1})
+    assert parse_override("a.b=Format: x") == ("a.b", "Format: x")
+    assert parse_override("a.b=[x, [y]") == ("a.b", "[x, [y]")
+
+
+def test_deeply_nested_override_values_are_text_without_a_yaml_parse():
+    """PyYAML takes seconds on hundreds of nested brackets; no config value nests that deep."""
+    from rlvr.config import parse_override
+
+    deep = "[" * 700 + "]" * 700
+    assert parse_override(f"eval.budgets={deep}") == ("eval.budgets", deep)
+    assert parse_override(f"a={'[' * 32}{']' * 32}")[1] != "[" * 32 + "]" * 32  # YAML still
+    with pytest.raises(ConfigError, match=r"^eval.budgets\[0\]: expected int, got '\[\[\["):
+        load_config(None, [f"eval.budgets={deep}"])
+
+
+@pytest.mark.parametrize(
+    "text, items",
+    [
+        ("[]", []),
+        ("[ ]", []),
+        ("[a]", ["a"]),
+        ("[a,]", ["a"]),
+        (" [a , b] ", ["a", "b"]),
+        ("[a=[1, 2], b={c: [3, 4]}]", ["a=[1, 2]", "b={c: [3, 4]}"]),
+        ("['a, b', \"c, d\"]", ["'a, b'", '"c, d"']),
+        (r'["a\", b", c]', [r'"a\", b"', "c"]),
+        (r'["a\\", b]', [r'"a\\"', "b"]),
+        ("['it''s, ok', x]", ["'it''s, ok'", "x"]),
+        ("a, b", None),
+        ("[a", None),
+        ("[a]]", None),
+        ("[a, [b]", None),
+        ("[a, {b]}", None),
+        ("[a, 'b]", None),
+    ],
+)
+def test_split_flow_list(text, items):
+    from rlvr.config.fields import split_flow_list
+
+    assert split_flow_list(text) == items
+
+
+# ---------------------------------------------------------------------------------------------
 # The modules behind rlvr.config
 
 

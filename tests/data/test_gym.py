@@ -4,14 +4,16 @@ import json
 import math
 import pickle
 import random
+import re
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from rlvr.config import load_config
 from rlvr.data.registry import build_task
-from rlvr.data.tasks.gym import GymTask, parse_gym_config
+from rlvr.data.tasks.gym import GymTask, is_heldout_question, parse_gym_config
 from rlvr.errors import ConfigError, DataError, UserError
 from rlvr.rewards.gym import GymVerifier, gym_reward
 from rlvr.rewards.registry import get_verifier
@@ -110,6 +112,66 @@ def test_heldout_is_deterministic_distinct_and_never_trained_on(fake_gym):
         task.heldout(100)  # 300 distinct questions hold about 30 held-out ones
 
 
+def _held_out_count(questions):
+    return sum(is_heldout_question(q) for q in set(questions))
+
+
+def test_too_few_heldout_questions_names_the_generator_as_the_cause(fake_gym):
+    # 300 distinct questions repeated over 3000 entries: the generator's settings are the limit.
+    task = GymTask("fake_numbers", {"modulus": 300}, size=3000)
+    held = _held_out_count(f"What is {v}?" for v in range(300))
+    assert 0 < held < 100
+    with pytest.raises(DataError) as info:
+        task.heldout(100)
+    message = str(info.value)
+    assert message == (
+        f"data.gym_name=fake_numbers: asked for 100 held-out questions, found {held}: its first "
+        f"3000 entries hold 300 distinct questions, {held} of them held out (about 1 in 10); the "
+        "generator repeats its questions, so data.gym_config allows only about 300 distinct "
+        f"ones: widen its settings, or lower the number asked for (eval.size) to {held} or less"
+    )
+    assert "data.gym_size" not in message  # a bigger dataset would only repeat more
+    assert len(task.heldout(held)) == held  # the advice works
+
+
+def test_too_few_heldout_questions_in_a_small_dataset_says_raise_gym_size(fake_gym):
+    task = GymTask("fake_numbers", size=50)  # 50 distinct questions: about 5 held out
+    held = _held_out_count(f"What is {v}?" for v in range(50))
+    with pytest.raises(DataError) as info:
+        task.heldout(20)
+    message = str(info.value)
+    assert f"its first 50 entries hold 50 distinct questions, {held} of them held out" in message
+    assert message.endswith(
+        f"raise data.gym_size (to about 300), or lower the number asked for (eval.size) to "
+        f"{held} or less"
+    )
+    assert len(GymTask("fake_numbers", size=300).heldout(20)) == 20  # the advice works
+
+
+def test_no_heldout_question_at_all_suggests_turning_evaluation_off(fake_gym):
+    modulus = next(
+        m for m in range(1, 50) if not _held_out_count(f"What is {v}?" for v in range(m))
+    )
+    task = GymTask("fake_numbers", {"modulus": modulus}, size=500)
+    with pytest.raises(
+        DataError, match=r"found 0: .*or set eval.size=0 \(no held-out evaluation\)$"
+    ):
+        task.heldout(1)
+
+
+def test_real_small_generator_gets_the_real_cause():
+    pytest.importorskip("reasoning_gym")
+    # gcd of two numbers in 1..4: only 16 distinct questions, however large the dataset.
+    settings = {"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 4}
+    task = GymTask("gcd", settings, size=5000)
+    with pytest.raises(DataError) as info:
+        task.heldout(20)
+    message = str(info.value)
+    assert "its first 5000 entries hold 16 distinct questions" in message
+    assert "data.gym_config allows only about 16 distinct ones: widen its settings" in message
+    assert "\n" not in message
+
+
 def test_config_errors_are_one_line_and_name_the_field(fake_gym):
     def build(*overrides):
         return build_task(load_config(overrides=["data.task=gym", *overrides]).data)
@@ -136,6 +198,101 @@ def test_gym_config_values_are_yaml():
         "d": ["+", "-"],
         "e": "hello",
         "f": "",
+    }
+
+
+EXPECTED_OPERATORS = {"min_terms": 2, "operators": ["+", "-"]}
+
+
+def test_gym_config_with_a_nested_list_survives_the_command_line():
+    """The documented `'data.gym_config=[min_terms=2,operators=[+, -]]'` (issue 22)."""
+    cfg = load_config(overrides=["data.gym_config=[min_terms=2,operators=[+, -]]"]).data
+    assert cfg.gym_config == ["min_terms=2", "operators=[+, -]"]
+    assert parse_gym_config(cfg.gym_config) == EXPECTED_OPERATORS
+
+
+@pytest.mark.parametrize(
+    "yaml_value",
+    [
+        "[min_terms=2, 'operators=[+, -]']",
+        "\n    - min_terms=2\n    - operators=[+, -]",
+        "'[min_terms=2,operators=[+, -]]'",  # the command line's text, quoted for YAML
+        "'{min_terms: 2, operators: [+, -]}'",
+    ],
+)
+def test_gym_config_in_a_yaml_file_reads_the_same(tmp_path, yaml_value):
+    path = tmp_path / "gym.yaml"
+    path.write_text(f"data:\n  task: gym\n  gym_name: x\n  gym_config: {yaml_value}\n")
+    assert parse_gym_config(load_config(path).data.gym_config) == EXPECTED_OPERATORS
+
+
+def test_gym_config_accepts_a_mapping_and_whole_settings_in_one_item():
+    assert parse_gym_config(EXPECTED_OPERATORS) == EXPECTED_OPERATORS
+    assert parse_gym_config(["{min_terms: 2}", "[operators=[+, -]]", "x=1"]) == {
+        **EXPECTED_OPERATORS,
+        "x": 1,
+    }
+
+
+def _documented_gym_configs() -> list[tuple[str, str]]:
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for path in [*(root / "docs").rglob("*.md"), *(root / "src").rglob("*.py")]:
+        text = path.read_text(encoding="utf-8")
+        # The value runs to the end of the shell word: a quote, a space or a line end outside
+        # brackets.
+        for match in re.finditer(
+            r"data\.gym_config=((?:\[[^\]\[]*(?:\[[^\]\[]*\][^\]\[]*)*\])|\S+)", text
+        ):
+            found.append((str(path.relative_to(root)), match.group(1)))
+    return found
+
+
+def test_every_documented_gym_config_parses(fake_gym):
+    documented = _documented_gym_configs()
+    values = {value for _, value in documented}
+    assert "[min_terms=2,operators=[+, -]]" in values, documented
+    for where, value in documented:
+        cfg = load_config(overrides=[f"data.gym_config={value}"]).data
+        settings = parse_gym_config(cfg.gym_config)
+        assert settings and all(k.isidentifier() for k in settings), (where, value, settings)
+        assert all(not isinstance(v, str) or "[" not in v for v in settings.values()), where
+
+
+def test_documented_gym_configs_run_the_real_generator():
+    pytest.importorskip("reasoning_gym")
+    for where, value in _documented_gym_configs():
+        settings = parse_gym_config(
+            load_config(overrides=[f"data.gym_config={value}"]).data.gym_config
+        )
+        task = GymTask("basic_arithmetic", settings, size=20)
+        assert task.make_sample(0)["prompt"], where
+    sample = GymTask("basic_arithmetic", EXPECTED_OPERATORS, size=50).make_sample(3)
+    assert "*" not in sample["prompt"] and "/" not in sample["prompt"]
+
+
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        (["[min_terms=2, operators=[+, -]"], r"data.gym_config\[0\]: unbalanced brackets"),
+        (["[min_terms=2, operators]"], r"data.gym_config\[0\] item 2: expected KEY=VALUE"),
+        (["{min_terms: 2"], r"data.gym_config\[0\]: expected a YAML mapping"),
+        (["x=1", "{1: 2}"], r"data.gym_config\[1\]: expected setting names as keys, got 1"),
+        ({"min terms": 2}, "data.gym_config: expected setting names as keys, got 'min terms'"),
+        (["2=x"], r"data.gym_config\[0\]: expected KEY=VALUE, got '2=x'"),
+    ],
+)
+def test_malformed_gym_config_is_one_line_naming_the_item(items, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        parse_gym_config(items)
+    assert "\n" not in str(info.value)
+
+
+def test_gym_config_values_yaml_cannot_read_are_kept_as_text():
+    assert parse_gym_config(["a=!!int x", "b=[+", "c=" + "1" * 5000]) == {
+        "a": "!!int x",
+        "b": "[+",
+        "c": "1" * 5000,
     }
 
 

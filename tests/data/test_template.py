@@ -59,3 +59,38 @@ def test_templates_naming_a_verifiers_reference_are_refused(field):
 
     with pytest.raises(ConfigError, match="reference"):
         check_template("{prompt} {" + field + "}")
+
+
+def test_the_documented_examples_put_real_newlines_into_the_prompt(tmp_path):
+    """The module docstring's command line and config file, parsed exactly as written (a
+    shell word split, then the override; the YAML block, then the file)."""
+    import shlex
+    import textwrap
+
+    import rlvr.data.template
+
+    doc = rlvr.data.template.__doc__
+    (command,) = [line.strip() for line in doc.splitlines() if "rlvr train" in line]
+    words = shlex.split(command)
+    assert words[:2] == ["rlvr", "train"]
+    from_cli = load_config(None, words[2:]).data.prompt_template
+
+    blocks = [b for b in doc.split("\n\n") if b.startswith("    data:")]
+    assert len(blocks) == 1
+    path = tmp_path / "template.yaml"
+    path.write_text(textwrap.dedent(blocks[0]) + "\n")
+    from_file = load_config(path).data.prompt_template
+
+    for template in (from_cli, from_file):
+        assert template.startswith("Question: {prompt}\n") and "\\" not in template
+        assert template.count("\n") == 2
+    assert from_cli == from_file
+    task = build_task(DataConfig(prompt_template=from_cli))
+    sample = task.sample_train(random.Random(0))
+    assert sample["prompt"].splitlines()[0] == f"Question: {sample['raw_prompt']}"
+
+
+def test_an_unquoted_backslash_n_stays_as_written():
+    """Without the YAML double quotes the text is taken as written (docs/data.md)."""
+    cfg = load_config(None, [r"data.prompt_template=Q: {prompt}\nA:"])
+    assert cfg.data.prompt_template == "Q: {prompt}\\nA:"

@@ -1,4 +1,4 @@
-"""The machinery of a typed config tree, independent of any particular tree.
+r"""The machinery of a typed config tree, independent of any particular tree.
 
 A tree is a dataclass whose fields are scalars, lists of scalars or further such dataclasses
 (sections). Each leaf is declared with `_f(default, help, **constraints)`; its metadata carries
@@ -8,6 +8,19 @@ A tree is a dataclass whose fields are scalars, lists of scalars or further such
 `load_tree` reads YAML, applies dotted `key=value` overrides, checks every type and constraint
 (a one-line `ConfigError` naming the key, with the closest valid key suggested for an unknown
 one) and calls the tree's `validate()` for the checks that involve more than one field.
+
+How an override's value (the text after the first '=') is read depends on the key's type:
+  str, str or null   the text as written, so a prompt may hold ': ', ' #', 'true' or '0123';
+                     'null' or '~' is null where null is allowed; a value wholly in matching
+                     quotes is a YAML quoted string: '...' drops the quotes, "..." also turns
+                     \n, \t, \" and \\ into a newline, a tab, a quote and a backslash
+  list of str        [a, b, ...] split at the commas outside brackets, braces and quotes,
+                     each item read as a str above ('[min_terms=2,operators=[+, -]]' gives
+                     'min_terms=2' and 'operators=[+, -]'); anything else is one item
+  anything else      a YAML scalar or flow collection ('4', '3e-4', 'true', '[128, 256]');
+                     text YAML cannot read, reads as a 'key: value' mapping without braces,
+                     or nests more than 32 brackets deep is kept as text for the type check
+`parse_override` without the schema's types reads every value as YAML.
 `rlvr.config` holds the RL run's tree; `rlvr sft` and `rlvr sample` declare their own.
 """
 
@@ -45,6 +58,18 @@ def leaf_keys(cls: type, prefix: str = "") -> list[str]:
         else:
             keys.append(prefix + f.name)
     return keys
+
+
+def leaf_hints(cls: type, prefix: str = "") -> dict[str, Any]:
+    """{dotted leaf key: its type hint} of the tree `cls`."""
+    hints: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        sub = _dataclass_type(cls, f)
+        if sub is not None:
+            hints.update(leaf_hints(sub, f"{prefix}{f.name}."))
+        else:
+            hints[prefix + f.name] = _field_types(cls)[f.name]
+    return hints
 
 
 @functools.cache
@@ -180,19 +205,131 @@ def _build(cls: type, data: Any, prefix: str, root: type | None = None) -> Any:
     return cls(**kwargs)
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """'rollout.group_size=4' -> ('rollout.group_size', 4); values are parsed as YAML scalars."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r}: expected key=value, e.g. rollout.group_size=4")
-    key, raw = text.split("=", 1)
-    key = key.strip()
+_MAX_NESTING = 32  # no config value nests deeper; PyYAML takes seconds on hundreds of levels
+
+
+def _nesting(text: str) -> int:
+    depth = deepest = 0
+    for c in text:
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
+def _yaml_value(raw: str) -> Any:
+    """An override's value read as YAML: a scalar or a flow collection."""
+    if _nesting(raw) > _MAX_NESTING:
+        return raw  # kept as text: the type check reports it
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except (yaml.YAMLError, RecursionError, ValueError, AttributeError, TypeError, KeyError):
         # Not a YAML scalar: a tag PyYAML cannot apply ('!!int x', '!!bool maybe') or an int
         # over Python's 4300-digit limit. Keep the text; the key's type check reports it.
-        value = raw
-    return key, value
+        return raw
+    if isinstance(value, dict) and not raw.lstrip().startswith("{"):
+        # 'Answer format: <answer>N</answer>' is a block mapping to YAML; nobody writes a
+        # mapping that way on a command line, so it is text (the type check names the key).
+        return raw
+    return value
+
+
+_NULLS = ("null", "Null", "NULL", "~")
+
+
+def _text_value(raw: str, nullable: bool) -> str | None:
+    """A str key's override value: the text as written, or null, or a YAML quoted string."""
+    text = raw.strip()
+    if nullable and text in _NULLS:
+        return None
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+        except (yaml.YAMLError, RecursionError, ValueError):
+            node = None
+        # One quoted scalar and nothing after it ("'a' #c'" is a scalar and a comment).
+        if (
+            isinstance(node, yaml.ScalarNode)
+            and node.style == text[0]
+            and node.end_mark.index == len(text)
+        ):
+            return node.value
+    return raw
+
+
+def split_flow_list(text: str) -> list[str] | None:
+    """'[a=1, b=[+, -], "c, d"]' -> ['a=1', 'b=[+, -]', '"c, d"']: the items of a bracketed
+    list, split at the commas outside brackets, braces and quotes, stripped, quotes kept.
+    None when `text` is not one bracketed list or its brackets or quotes do not balance."""
+    text = text.strip()
+    if len(text) < 2 or text[0] != "[" or text[-1] != "]":
+        return None
+    items: list[str] = []
+    closing: list[str] = []  # the brackets and braces open at this point, innermost last
+    quote, escaped, start = "", False, 1
+    for i in range(1, len(text) - 1):
+        c = text[i]
+        if escaped:
+            escaped = False
+        elif quote:
+            if c == "\\" and quote == '"':
+                escaped = True  # YAML double quotes escape; '' inside single quotes needs none
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "[{":
+            closing.append("]" if c == "[" else "}")
+        elif c in "]}":
+            if not closing or closing.pop() != c:
+                return None
+        elif c == "," and not closing:
+            items.append(text[start:i].strip())
+            start = i + 1
+    if quote or closing:
+        return None
+    items.append(text[start:-1].strip())
+    if items[-1] == "":
+        items.pop()  # '[]', '[a, b,]'
+    return items
+
+
+def _str_args(hint: Any) -> tuple[list[Any], bool]:
+    """The non-null members of `hint` and whether null is one of them."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        return [a for a in args if a is not type(None)], type(None) in args
+    return [hint], False
+
+
+def override_value(raw: str, hint: Any) -> Any:
+    """The value of an override's text `raw` for a key of type `hint` (module docstring)."""
+    args, nullable = _str_args(hint)
+    if args == [str]:
+        return _text_value(raw, nullable)
+    if len(args) == 1 and typing.get_origin(args[0]) is list and typing.get_args(args[0]) == (str,):
+        if nullable and raw.strip() in _NULLS:
+            return None
+        items = split_flow_list(raw)
+        if items is None:
+            return _text_value(raw, False)
+        return [_text_value(item, False) for item in items]
+    return _yaml_value(raw)
+
+
+def parse_override(text: str, hints: typing.Mapping[str, Any] | None = None) -> tuple[str, Any]:
+    """'rollout.group_size=4' -> ('rollout.group_size', 4). With `hints` ({dotted key: type},
+    `leaf_hints`) the value is read for its key's type (module docstring); without them, or for
+    a key not in them, it is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key=value, e.g. rollout.group_size=4")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if hints is not None and key in hints:
+        return key, override_value(raw, hints[key])
+    return key, _yaml_value(raw)
 
 
 def _set_dotted(tree: dict, key: str, value: Any) -> None:
@@ -263,9 +400,10 @@ def load_tree(
         tree = read_yaml(p, f"config file {p}") or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"config file {p}: expected a mapping of sections at the top level")
-    valid = set(leaf_keys(schema))
+    hints = leaf_hints(schema)
+    valid = set(hints)
     for text in overrides or []:
-        key, value = parse_override(text)
+        key, value = parse_override(text, hints)
         if key not in valid:
             raise ConfigError(f"unknown config key {key!r}{_suggest(key, sorted(valid))}")
         _set_dotted(tree, key, value)

@@ -1,6 +1,15 @@
-"""Plain prompt templates: `data.prompt_template` rewrites every prompt of a task.
+r"""Plain prompt templates: `data.prompt_template` rewrites every prompt of a task.
 
-    data.prompt_template="Question: {prompt}\\nThink step by step inside <think></think>.\\nAnswer:"
+On the command line, put the value in double quotes inside the shell's single quotes: YAML reads
+a double-quoted value and turns each \n into a newline (unquoted, a text key takes the text as
+written, backslash and all; docs/data.md):
+
+    rlvr train 'data.prompt_template="Question: {prompt}\nThink step by step.\nAnswer:"'
+
+The same in a config file (or a block scalar, `prompt_template: |-`, with real line breaks):
+
+    data:
+      prompt_template: "Question: {prompt}\nThink step by step.\nAnswer:"
 
 `{prompt}` is the task's (or dataset row's) prompt; any other `{field}` is that field of the
 sample (`{answer}` is refused: it would leak the reference into the prompt). The template is

@@ -3,8 +3,11 @@
 Needs the optional extra: `pip install 'rlvr[gym]'` (reasoning-gym pins its own dependencies,
 so it is not installed by default).
 
-    data.task=gym data.gym_name=basic_arithmetic data.gym_config=[min_terms=2,max_terms=3]
+    data.task=gym data.gym_name=basic_arithmetic 'data.gym_config=[min_terms=2,operators=[+, -]]'
     reward.verifier=gym
+
+`data.gym_config` is a list of KEY=VALUE texts, values read as YAML (`parse_gym_config`); the
+override splits it at the commas outside brackets (rlvr.config.fields), so nested lists survive.
 
 A sample wraps one entry of `reasoning_gym.create_dataset(name, size=gym_size, seed=seed,
 **gym_config)`::
@@ -19,7 +22,8 @@ exactly what it generated; it is JSON-serialisable, so samples survive `rlvr ver
 Train/held-out split: `sha256(question) mod 10 == 0` marks an entry held out (~10%).
 Training draws uniformly random indices of the dataset and skips held-out questions;
 `heldout(n)` takes the first n distinct held-out questions in index order (deterministic), so
-no held-out question is ever trained on, even when the generator repeats questions.
+no held-out question is ever trained on, even when the generator repeats questions. Too few is a
+DataError with the real cause: settings that allow few distinct questions, or a small gym_size.
 
 Verifier `gym` (rlvr/rewards/gym.py): the dataset's own `score_answer` on the completion's
 answer, the dataset rebuilt from the sample's "gym" field.
@@ -34,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from rlvr.config.fields import split_flow_list
 from rlvr.errors import ConfigError, DataError
 
 # gym_reward is re-exported: "rlvr.data.tasks.gym:gym_reward" was its spec before it moved.
@@ -43,21 +48,60 @@ HELDOUT_MODULUS = 10
 _SCAN_FACTOR = 200  # held-out scan: at most this many entries per requested problem (+ slack)
 
 
-def parse_gym_config(items: Sequence[str]) -> dict[str, Any]:
+def _setting_value(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw) if raw.strip() else ""
+    except (yaml.YAMLError, RecursionError, ValueError, AttributeError, TypeError, KeyError):
+        return raw.strip()  # not YAML ('[+', '!!int x'): the generator checks the text
+
+
+def parse_gym_config(items: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
     """['min_terms=2', 'operators=[+, -]'] -> {'min_terms': 2, 'operators': ['+', '-']}.
 
-    Values are read as YAML scalars or flow collections."""
+    Values are read as YAML scalars or flow collections. An item may also be the whole setting
+    in one text, '[min_terms=2,operators=[+, -]]' (split at the commas outside brackets) or
+    '{min_terms: 2, operators: [+, -]}' (a YAML mapping), and a mapping is taken as is."""
+    if isinstance(items, Mapping):
+        return _checked_mapping(dict(items), "data.gym_config")
     out: dict[str, Any] = {}
     for i, item in enumerate(items):
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key.isidentifier():
-            raise ConfigError(f"data.gym_config[{i}]: expected KEY=VALUE, got {item!r}")
-        try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            out[key] = raw.strip()
+        where = f"data.gym_config[{i}]"
+        text = item.strip() if isinstance(item, str) else item
+        if isinstance(text, str) and text.startswith("["):
+            inner = split_flow_list(text)
+            if inner is None:
+                raise ConfigError(
+                    f"{where}: unbalanced brackets or quotes in {item!r}; expected "
+                    "[KEY=VALUE, ...], e.g. [min_terms=2,operators=[+, -]]"
+                )
+            out.update(_key_value(v, f"{where} item {j + 1}") for j, v in enumerate(inner))
+        elif isinstance(text, str) and text.startswith("{"):
+            mapping = _setting_value(text)
+            if not isinstance(mapping, dict):
+                raise ConfigError(
+                    f"{where}: expected a YAML mapping like {{min_terms: 2}}, got {item!r}"
+                )
+            out.update(_checked_mapping(mapping, where))
+        else:
+            key, value = _key_value(item, where)
+            out[key] = value
     return out
+
+
+def _key_value(item: Any, where: str) -> tuple[str, Any]:
+    """'KEY=VALUE' -> (KEY, VALUE read as YAML); `where` names a malformed item."""
+    key, sep, raw = item.partition("=") if isinstance(item, str) else ("", "", "")
+    key = key.strip()
+    if not sep or not key.isidentifier():
+        raise ConfigError(f"{where}: expected KEY=VALUE, got {item!r}")
+    return key, _setting_value(raw)
+
+
+def _checked_mapping(mapping: dict, where: str) -> dict[str, Any]:
+    for key in mapping:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ConfigError(f"{where}: expected setting names as keys, got {key!r}")
+    return mapping
 
 
 def is_heldout_question(question: str) -> bool:
@@ -102,21 +146,40 @@ class GymTask:
     def heldout(self, n: int) -> list[dict]:
         """The first n distinct held-out questions in index order."""
         limit = min(self.size, _SCAN_FACTOR * n + 1000)
-        seen: set[str] = set()
+        seen: set[str] = set()  # every distinct question scanned, held out or not
         samples: list[dict] = []
+        scanned = 0
         for index in range(limit):
             if len(samples) == n:
                 break
+            scanned += 1
             sample = self.make_sample(index)
             question = sample["prompt"]
-            if question in seen or not is_heldout_question(question):
+            if question in seen:
                 continue
             seen.add(question)
-            samples.append(sample)
+            if is_heldout_question(question):
+                samples.append(sample)
         if len(samples) < n:
-            raise DataError(
-                f"data.gym_name={self.name}: asked for {n} held-out questions, found "
-                f"{len(samples)} in the first {limit} entries (lower eval.size or raise "
-                "data.gym_size)"
-            )
+            raise DataError(self._too_few_heldout(n, len(samples), len(seen), scanned))
         return samples
+
+    def _too_few_heldout(self, n: int, found: int, distinct: int, scanned: int) -> str:
+        """Why heldout(n) came short, and what to change: a generator whose settings make few
+        distinct questions (it repeats them), or a dataset too small to hold n held-out ones."""
+        head = (
+            f"data.gym_name={self.name}: asked for {n} held-out questions, found {found}: its "
+            f"first {scanned} entries hold {distinct} distinct questions, {found} of them held "
+            f"out (about 1 in {HELDOUT_MODULUS})"
+        )
+        if found:
+            lower = f"lower the number asked for (eval.size) to {found} or less"
+        else:
+            lower = "set eval.size=0 (no held-out evaluation)"
+        if distinct * 2 <= scanned:  # mostly repeats: the generator's settings are the limit
+            return (
+                f"{head}; the generator repeats its questions, so data.gym_config allows only "
+                f"about {distinct} distinct ones: widen its settings, or {lower}"
+            )
+        need = HELDOUT_MODULUS * n * 3 // 2
+        return f"{head}; raise data.gym_size (to about {need}), or {lower}"
