@@ -239,6 +239,12 @@ def config_warnings(cfg: Config) -> list[str]:
             unused("eval.every", "eval.size=0 evaluates nothing")
     if ev.k == 0:
         unused("eval.budgets", "the budget accuracies are reported only with eval.k > 0")
+    elif ev.t1_samples == 0:  # 0 skips the temperature-1 pass only when pass@k needs none
+        unused(
+            "eval.t1_samples",
+            f"eval.k={ev.k} draws {ev.k} temperature-1 samples per problem (the pass is skipped "
+            "only with eval.k=0)",
+        )
     elif ev.t1_samples <= ev.k:
         unused("eval.t1_samples", f"max(eval.k, eval.t1_samples) = eval.k = {ev.k} are drawn")
     if cfg.optimizer.schedule == "constant":

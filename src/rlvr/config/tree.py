@@ -373,7 +373,12 @@ class EvalConfig:
     every: int = _f(20, "also evaluate every N steps during training (0 = off)", ge=0)
     before: bool = _f(True, "evaluate the model before training")
     after: bool = _f(True, "evaluate the model after training")
-    t1_samples: int = _f(4, "samples per problem at temperature 1 for pass1_t1", ge=1)
+    t1_samples: int = _f(
+        4,
+        "samples per problem at temperature 1 for pass1_t1 (0 with eval.k=0: greedy only, no "
+        "temperature-1 pass)",
+        ge=0,
+    )
     max_new_tokens: int = _f(0, "completion limit in evaluation (0 = rollout.max_new_tokens)", ge=0)
     k: int = _f(0, "also report pass@k and maj@k from k samples at T=1 (0 = off)", ge=0)
     budgets: list[int] = _f([128, 256, 512], "report greedy accuracy within these token budgets")

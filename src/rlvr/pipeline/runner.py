@@ -416,10 +416,9 @@ def _params(n: int | None) -> str:
 
 
 def _eval_line(name: str, e: dict) -> str:
-    return (
-        f"eval {name}: accuracy {e['accuracy']:.3f}  pass1_t1 {e['pass1_t1']:.3f}  "
-        f"reasoning {e['reasoning_fraction']:.3f}  length {e['mean_length']:.1f}  (n={e['n']})"
-    )
+    from rlvr.training.run import eval_line  # the trainer's line (keys it lacks left out)
+
+    return eval_line(name, e)
 
 
 def _read_json(path: Path) -> dict | None:

@@ -1,5 +1,9 @@
 """Held-out evaluation with fixed decoding: greedy accuracy, pass@1 at temperature 1 and,
-optionally (k > 0), pass@k, maj@k, per-source accuracy and accuracy within token budgets."""
+optionally (k > 0), pass@k, maj@k, per-source accuracy and accuracy within token budgets.
+
+`heldout_eval` is the trainer's held-out evaluation of a run (`eval.*`, with the rollouts' stop
+strings); `evaluate_config` builds the same evaluation from a config alone, as `rlvr train`
+would before its first step (`rlvr eval --config`)."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ def evaluate(
     budgets: Sequence[int] = (128, 256, 512),
     extract: Callable[[str], Any] = extract_final_answer,
     readings: Mapping[str, Callable[[str, Mapping[str, Any]], float]] | None = None,
+    stop: Sequence[str] = (),
 ) -> dict[str, float]:
     """Score a model on held-out samples.
 
@@ -60,11 +65,20 @@ def evaluate(
     accuracy_within_<b> for each b in `budgets`: fraction of problems whose greedy completion is
                         correct AND at most b tokens long
 
-    The temperature-1 samples use a generator seeded with `seed`, so the evaluation of a given
-    model is reproducible.
+    With t1_samples = 0 and k = 0 no temperature-1 sample is drawn: only the greedy keys
+    (accuracy, reasoning_fraction_greedy, mean_length_greedy, the _greedy tool keys, the
+    readings) and n are reported, and pass1_t1, reasoning_fraction, mean_length,
+    truncated_fraction and tool_call_fraction are absent.
+
+    `stop`: strings that end a completion, applied by the engine exactly as in rollouts
+    (`SamplingParams.stop`, the trainer passes `rollout.stop`), to both the greedy and the
+    temperature-1 completions. The temperature-1 samples use a generator seeded with `seed`,
+    so the evaluation of a given model is reproducible.
     """
     if k < 0:
         raise ValueError(f"evaluate: k must be >= 0, got {k}")
+    if t1_samples < 0:
+        raise ValueError(f"evaluate: t1_samples must be >= 0, got {t1_samples}")
     n = len(samples)
     if n == 0:
         return {"n": 0}
@@ -72,36 +86,41 @@ def evaluate(
     greedy = engine.generate(
         list(prompt_ids),
         1,
-        SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
-        samples=samples,
-    )
-    # The generator must live on the model's device (CPU: identical to a default generator).
-    gen = torch.Generator(device=getattr(engine, "device", "cpu")).manual_seed(seed)
-    sampled = engine.generate(
-        list(prompt_ids),
-        num_t1,
-        SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens),
-        generator=gen,
+        SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(stop)),
         samples=samples,
     )
     greedy_rewards = greedy.rewards_with_env(
         [verifier(t, samples[i]) for t, i in zip(greedy.completion_text, greedy.prompt_index)]
     )
-    t1_rewards = sampled.rewards_with_env(
-        [verifier(t, samples[i]) for t, i in zip(sampled.completion_text, sampled.prompt_index)]
-    )
-    metrics: dict[str, float] = {
-        "accuracy": sum(r >= 1.0 for r in greedy_rewards) / n,
-        "pass1_t1": sum(t1_rewards) / len(t1_rewards),
-        "reasoning_fraction": _mean([is_reasoning(t) for t in sampled.completion_text]),
-        "reasoning_fraction_greedy": _mean([is_reasoning(t) for t in greedy.completion_text]),
-        "mean_length": _mean(sampled.completion_lengths),
-        "mean_length_greedy": _mean(greedy.completion_lengths),
-        "truncated_fraction": _mean(sampled.truncated),
-        "n": n,
-    }
-    if sampled.tools is not None and greedy.tools is not None:  # multi-turn: tool use
-        metrics.update(tool_use(sampled.tools))
+    metrics: dict[str, float] = {"accuracy": sum(r >= 1.0 for r in greedy_rewards) / n}
+    sampled, t1_rewards = None, []
+    if num_t1 > 0:
+        # The generator must live on the model's device (CPU: identical to a default one).
+        gen = torch.Generator(device=getattr(engine, "device", "cpu")).manual_seed(seed)
+        sampled = engine.generate(
+            list(prompt_ids),
+            num_t1,
+            SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, stop=tuple(stop)),
+            generator=gen,
+            samples=samples,
+        )
+        t1_rewards = sampled.rewards_with_env(
+            [verifier(t, samples[i]) for t, i in zip(sampled.completion_text, sampled.prompt_index)]
+        )
+        metrics.update(
+            {
+                "pass1_t1": sum(t1_rewards) / len(t1_rewards),
+                "reasoning_fraction": _mean([is_reasoning(t) for t in sampled.completion_text]),
+                "mean_length": _mean(sampled.completion_lengths),
+                "truncated_fraction": _mean(sampled.truncated),
+            }
+        )
+        if sampled.tools is not None:  # multi-turn: tool use
+            metrics.update(tool_use(sampled.tools))
+    metrics["reasoning_fraction_greedy"] = _mean([is_reasoning(t) for t in greedy.completion_text])
+    metrics["mean_length_greedy"] = _mean(greedy.completion_lengths)
+    metrics["n"] = n
+    if greedy.tools is not None:
         metrics.update({f"{k}_greedy": v for k, v in tool_use(greedy.tools).items()})
     for name, reading in (readings or {}).items():
         correct = [
@@ -238,7 +257,8 @@ def evaluate_model(
 @dataclass
 class HeldoutEval:
     """A fixed held-out set and how it is decoded, evaluated again and again through a run
-    (`evaluate` with the same seed each time, so two evaluations differ only by the weights)."""
+    (`evaluate` with the same seed each time, so two evaluations differ only by the weights).
+    `readings`: extra greedy accuracies (`evaluate`'s), none in training."""
 
     engine: Any
     samples: Sequence[Mapping[str, Any]]
@@ -249,6 +269,8 @@ class HeldoutEval:
     seed: int
     k: int = 0
     budgets: Sequence[int] = (128, 256, 512)
+    stop: Sequence[str] = ()
+    readings: Mapping[str, Callable[[str, Mapping[str, Any]], float]] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.samples)
@@ -264,6 +286,8 @@ class HeldoutEval:
             seed=self.seed,
             k=self.k,
             budgets=tuple(self.budgets),
+            stop=tuple(self.stop),
+            readings=self.readings,
         )
 
 
@@ -275,7 +299,8 @@ def heldout_eval(
     verifier: Callable[[str, Mapping[str, Any]], float],
 ) -> HeldoutEval:
     """The run's held-out set (`eval.size` problems of the task; a dataset holds out what it
-    holds out) decoded as the `eval` section of `cfg` (a Config) says."""
+    holds out) decoded as the `eval` section of `cfg` (a Config) says, with the rollouts' stop
+    strings (`rollout.stop`), so evaluation completions end where training ones do."""
     size = cfg.eval.size
     if hasattr(task, "eval"):
         size = min(size, len(task.eval))
@@ -290,4 +315,65 @@ def heldout_eval(
         seed=cfg.training.seed + 12345,
         k=cfg.eval.k,
         budgets=tuple(cfg.eval.budgets),
+        stop=tuple(cfg.rollout.stop),
     )
+
+
+def evaluate_config(
+    cfg: Any,
+    *,
+    readings: Mapping[str, Callable[[str, Mapping[str, Any]], float]] | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> dict[str, float]:
+    """The held-out evaluation `rlvr train` runs on `cfg` (a Config) before its first step
+    (summary.json's eval_before), built in the trainer's order by the trainer's own functions:
+    the verifier, the task (`build_task`: templates, few-shot examples), the policy
+    (`build_policy`: model.precision's dtype, LoRA, the chat template, system prompt and
+    declared tools of `Policy.encode`), the rollout engine with its environment, long dataset
+    prompts dropped as the trainer drops them (`data.max_prompt_tokens`), and `heldout_eval`.
+    Neither a reference model nor an off-policy snapshot is loaded: the step-0 weights are the
+    same without them. `readings` as in `evaluate`. The result also carries `num_parameters`;
+    the model is released when this returns."""
+    from dataclasses import replace
+
+    from rlvr.data.registry import build_task
+    from rlvr.distributed.world import World
+    from rlvr.errors import ConfigError
+    from rlvr.models.loading import resolve_device
+    from rlvr.rewards.compose import build_verifier
+    from rlvr.rollout import build_engine
+    from rlvr.rollout.engines import engine_options
+    from rlvr.rollout.multi_turn import with_environment
+    from rlvr.training.policy import build_policy
+
+    verifier = build_verifier(cfg.reward.verifier)
+    task = build_task(cfg.data)
+    weights_only = replace(
+        cfg,
+        algorithm=replace(cfg.algorithm, kl_coef=0.0, kl_in_reward=False),
+        rollout=replace(cfg.rollout, off_policy_steps=0),
+    )
+    policy = build_policy(weights_only, World(), resolve_device(cfg.model.device))
+    r = cfg.rollout
+    engine = with_environment(
+        build_engine(r.engine, policy.model, policy.tokenizer, **engine_options(r)),
+        policy.tokenizer,
+        cfg.environment,
+    )
+    if cfg.data.max_prompt_tokens and cfg.data.task == "dataset":  # as GRPOTrainer does
+        from rlvr.data.datasets import filter_long_prompts
+
+        report = filter_long_prompts(
+            task, lambda text: len(policy.encode({"prompt": text})), cfg.data.max_prompt_tokens
+        )
+        log(f"data: dropped {report['dropped_eval']} held-out prompts ({report['reason']})")
+    evaluation = heldout_eval(cfg, task, engine, policy.encode, verifier)
+    if not evaluation:
+        raise ConfigError(
+            f"eval.size: no held-out problems to evaluate (eval.size={cfg.eval.size}; a dataset "
+            "evaluates the rows it holds out: data.eval_path or data.eval_fraction)"
+        )
+    evaluation.readings = readings
+    metrics = evaluation()
+    metrics["num_parameters"] = sum(p.numel() for p in policy.model.parameters())
+    return metrics

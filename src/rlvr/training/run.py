@@ -196,16 +196,24 @@ def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
     tmp.replace(run_dir / "summary.json")
 
 
+# (metric key, label, format) of an eval line, in order; a key the metrics lack is left out
+EVAL_LINE_FIELDS = (
+    ("accuracy", "accuracy", ".3f"),
+    ("pass1_t1", "pass1_t1", ".3f"),
+    ("reasoning_fraction", "reasoning", ".3f"),
+    ("mean_length", "length", ".1f"),
+    ("tool_call_fraction", "tool calls", ".3f"),
+)
+
+
 def eval_line(when: str, e: Mapping[str, float]) -> str:
     """One line of held-out results: generation metrics and, for SFT, the held-out loss."""
     parts = []
-    if "accuracy" in e:
-        parts.append(
-            f"accuracy {e['accuracy']:.3f}  pass1_t1 {e['pass1_t1']:.3f}  "
-            f"reasoning {e['reasoning_fraction']:.3f}  length {e['mean_length']:.1f}  "
-            + (f"tool calls {e['tool_call_fraction']:.3f}  " if "tool_call_fraction" in e else "")
-            + f"(n={e['n']})"
+    if "accuracy" in e:  # the temperature-1 keys are absent with eval.t1_samples=0, eval.k=0
+        shown = "".join(
+            f"{label} {e[key]:{fmt}}  " for key, label, fmt in EVAL_LINE_FIELDS if key in e
         )
+        parts.append(f"{shown}(n={e['n']})")
     if "loss" in e:
         parts.append(f"sft loss {e['loss']:.4f}")
     return f"eval {when}: " + "  ".join(parts)
