@@ -5,10 +5,16 @@
 Checks out REV into a temporary git worktree, runs each scenario once with REV's source and once
 with this checkout's, or --head REV's (`PYTHONPATH=<tree>/src`, one thread,
 `checkpoint.deterministic=true`), and
-compares the SHA-256 of `metrics.jsonl` (the file, and its rows without wall-clock keys) and of
-the final weights (`final/model.safetensors`). Prints one JSON line per scenario and exits 1
-when what a pair computed differs (rows or weights). Hashes depend on the CPU's
-kernels (AVX2 vs AVX-512), so they are compared within one run on one machine, never across.
+compares the SHA-256 of `metrics.jsonl` (the file, and its training rows without wall-clock
+keys), of the held-out evaluations before and after training (`eval_before`, `eval_after` of
+`summary.json`) and of the final weights (`final/model.safetensors`). Prints one JSON line per
+scenario and exits 1 when what a pair computed differs (rows, evaluations or weights). Hashes
+depend on the CPU's kernels (AVX2 vs AVX-512), so they are compared within one run on one
+machine, never across.
+
+Since issue 22 metrics.jsonl starts with a step-0 row, the evaluation before training; the
+training rows (step >= 1) and the evaluations are compared, so a base from before that change
+still compares equal (`metrics_file_identical`, the raw file, then says false).
 
 Scenarios (each a few to ~40 seconds on a 2-core CPU):
   default       `rlvr train` with no overrides (the embedded default, 60 steps, evaluations)
@@ -97,14 +103,26 @@ def sha256(path: Path) -> str | None:
 
 
 def computed_sha256(path: Path) -> str | None:
-    """The hash of the file's rows without wall-clock keys: what the run computed. (`rlvr sft`
-    wrote wall-clock keys into metrics.jsonl even in deterministic mode before it shared
-    `rlvr train`'s run log, which moves them to timings.jsonl.)"""
+    """The hash of the file's training rows without wall-clock keys: what the run computed.
+    (`rlvr sft` wrote wall-clock keys into metrics.jsonl even in deterministic mode before it
+    shared `rlvr train`'s run log, which moves them to timings.jsonl. The step-0 row, the
+    evaluation before training, is compared through `evals_sha256`: runs before issue 22 lack
+    it.)"""
     if not path.exists():
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [r for r in rows if r.get("step", 1) >= 1]
     rows = [{k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in rows]
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def evals_sha256(path: Path) -> str | None:
+    """The hash of summary.json's held-out evaluations before and after training."""
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    evals = {k: summary.get(k) for k in ("eval_before", "eval_after")}
+    return hashlib.sha256(json.dumps(evals, sort_keys=True).encode()).hexdigest()
 
 
 def run(src: Path, name: str, out: Path) -> dict[str, str | None]:
@@ -120,6 +138,7 @@ def run(src: Path, name: str, out: Path) -> dict[str, str | None]:
     return {
         "metrics": sha256(out / "metrics.jsonl"),
         "metrics_computed": computed_sha256(out / "metrics.jsonl"),
+        "evals": evals_sha256(out / "summary.json"),
         "weights": sha256(out / "final" / "model.safetensors"),
     }
 
@@ -155,7 +174,8 @@ def main() -> int:
                 subprocess.run(["rm", "-rf", str(out)], check=True)
                 result[side] = run(src, name, out)
             base, head = result["base"], result["head"]
-            result["identical"] = all(base[k] == head[k] for k in ("metrics_computed", "weights"))
+            computed = ("metrics_computed", "evals", "weights")
+            result["identical"] = all(base[k] == head[k] for k in computed)
             result["metrics_file_identical"] = base["metrics"] == head["metrics"]
             failed |= not result["identical"]
             print(json.dumps(result), flush=True)

@@ -34,6 +34,8 @@ def test_sft_on_addition_demonstrations_raises_heldout_accuracy(tmp_path, capsys
     assert summary["eval_after"]["reasoning_fraction_greedy"] > 0.8  # it learned to think
     assert summary["steps"] == 6 and summary["examples"] == 192 and summary["dropped_long"] == 0
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert metrics[0] == {"step": 0, **{f"eval_{k}": v for k, v in summary["eval_before"].items()}}
+    metrics = metrics[1:]  # the training steps
     assert [m["step"] for m in metrics] == list(range(1, 7))
     for key in ("loss", "lr", "grad_norm", "tokens", "padding_fraction", "tokens_per_s"):
         assert all(key in m for m in metrics), key

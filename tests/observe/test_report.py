@@ -115,6 +115,39 @@ def test_two_runs_are_overlaid_and_their_config_differences_listed(tmp_path):
     assert not (a / "report.html").exists()
 
 
+class _Axes:
+    """Records what `_draw_eval` plots."""
+
+    def __init__(self):
+        self.lines = []
+
+    def plot(self, xs, ys, *args, **kwargs):
+        self.lines.append((list(xs), list(ys)))
+
+    def set_ylim(self, *args):
+        pass
+
+
+def test_the_step_0_row_of_the_evaluation_before_training_is_plotted_once(tmp_path):
+    # Issue 22: metrics.jsonl starts with {"step": 0, "eval_accuracy": ...}; a run written
+    # before it has only summary.json's eval_before. Both give one point at step 0.
+    from rlvr.observe.report import _draw_eval, load_run
+
+    new = write_run(tmp_path / "new")
+    metrics = new / "metrics.jsonl"
+    before = {"step": 0, "eval_accuracy": 0.125, "eval_pass1_t1": 0.2, "eval_n": 20}
+    metrics.write_text(json.dumps(before) + "\n" + metrics.read_text())
+    old = write_run(tmp_path / "old")
+    for run_dir in (new, old):
+        ax = _Axes()
+        assert _draw_eval(ax, [load_run(run_dir)], ["C0"])
+        assert ax.lines == [([0, 3, 6], [0.125, 0.5, 0.875])]
+    assert run(parse(str(new))) == 0
+    html = (new / "report.html").read_text()
+    assert "<td>6</td>" in html  # last step: a training step, not the step-0 row
+    assert "<td>4</td><td>entropy_collapse, length_inflation</td>" in html
+
+
 def test_config_differences_uses_dotted_keys_and_marks_absent_keys():
     assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": {}}) == {"a.b": 1, "a.c": [1, 2], "d": {}}
     r1 = Run(path=Path("x"), name="x", rows=[], config={"a": {"b": 1, "c": 2}})

@@ -37,7 +37,8 @@ def test_default_run_teaches_the_embedded_model_to_reason(tmp_path):
     assert after["reasoning_fraction"] >= before["reasoning_fraction"] + 0.2
     assert after["mean_length"] > before["mean_length"]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 25
+    assert [r["step"] for r in rows] == list(range(26))  # step 0: the evaluation before
+    assert rows[0]["eval_accuracy"] == before["accuracy"]
     # every metric docs/metrics.md promises for this configuration (beta = 0: no kl;
     # no dynamic sampling: no fill rate)
     documented = {

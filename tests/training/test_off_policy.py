@@ -136,5 +136,7 @@ def test_off_policy_default_run_reaches_the_target_accuracy(tmp_path):
     assert summary["eval_before"]["accuracy"] <= 0.4
     assert summary["eval_after"]["accuracy"] >= 0.9
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["step"] == 0  # the evaluation before training
+    rows = rows[1:]
     assert all(abs(r["tis_weight_mean"] - 1.0) < 0.05 for r in rows)
     assert [r["rollout_staleness"] for r in rows[:2]] == [0, 1]

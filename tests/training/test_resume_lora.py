@@ -77,7 +77,9 @@ def test_interrupted_run_resumes_to_the_same_weights_as_an_uninterrupted_one(
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
     steps = [row["step"] for row in _jsonl(cut / "metrics.jsonl")]
-    assert steps == [1, 2, 3, 4]  # step 3's partial row was never written; no duplicates
+    # step 0: the evaluation before training, written once; step 3's partial row was never
+    # written; no duplicates
+    assert steps == [0, 1, 2, 3, 4]
     assert [p.name for p in list_checkpoints(cut)] == ["step-4"]  # keep_last=1
 
 
@@ -139,7 +141,7 @@ def test_lora_rl_uses_the_adapter_disabled_base_as_reference(tmp_path, tiny_mode
         if "lora_" not in k:
             torch.testing.assert_close(v, base_before[k], rtol=0, atol=0)
     metrics = _jsonl(run / "metrics.jsonl")
-    assert all("kl" in row for row in metrics)
+    assert all("kl" in row for row in metrics if row["step"] >= 1)  # step 0: eval before
     assert summary["steps"] == 2
     # final/ is a plain HF model with the adapters merged, plus the adapter on its own.
     merged = AutoModelForCausalLM.from_pretrained(run / "final").eval()
@@ -172,6 +174,6 @@ def test_resume_takes_the_run_dir_and_can_allow_a_changed_config(tmp_path, tiny_
     err = capsys.readouterr().err
     assert "warning" in err and "training.steps" in err and "--allow-config-change" in err
     steps = [row["step"] for row in _jsonl(run / "metrics.jsonl")]
-    assert steps == [1, 2, 3]
+    assert steps == [0, 1, 2, 3]  # step 0: the evaluation before training, not repeated
     assert main(["train", "--resume", str(run), "--output-dir", str(tmp_path / "x"), *args]) == 2
     assert "name one run directory" in capsys.readouterr().err

@@ -365,4 +365,6 @@ def test_heldout_sft_rows_report_a_completion_loss(tmp_path, tiny_model_dir):
     assert "accuracy" not in summary["eval_after"]  # eval.size=0: no generation
     assert any(line.startswith("eval after: sft loss") for line in lines)
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    assert [m["step"] for m in metrics if "eval_loss" in m] == [3, 6]  # step 9 is eval_after
+    # step 0 is eval_before (metrics.jsonl's step-0 row), step 9 eval_after (summary.json only)
+    assert [m["step"] for m in metrics if "eval_loss" in m] == [0, 3, 6]
+    assert metrics[0] == {"step": 0, **{f"eval_{k}": v for k, v in summary["eval_before"].items()}}

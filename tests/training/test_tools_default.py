@@ -42,6 +42,8 @@ def test_the_tools_example_makes_tool_use_emerge(tmp_path, monkeypatch):
     assert after["tool_call_fraction"] >= before["tool_call_fraction"] + 0.15
     assert after["pass1_t1"] >= before["pass1_t1"] + 0.15
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0] == {"step": 0, **{f"eval_{k}": v for k, v in before.items()}}
+    rows = rows[1:]  # the training steps
     assert len(rows) == 25
     assert sum(r["tool_calls"] for r in rows) > 0
     # every call is a real sandboxed run; almost all succeed (a few malformed programs fail)

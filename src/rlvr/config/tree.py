@@ -395,7 +395,9 @@ class LoggingConfig:
     wandb_mode: str = _f(
         "offline", "W&B mode (offline needs no network)", choices=["offline", "online", "disabled"]
     )
-    progress: bool = _f(True, "progress bar when stderr is a terminal")
+    progress: bool = _f(
+        True, "progress on stderr: a bar on a terminal, else a plain line every ~5% of the steps"
+    )
     samples_every: int = _f(10, "write samples/step-N.jsonl every N steps (0 = off)", ge=0)
 
 

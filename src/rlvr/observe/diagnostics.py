@@ -48,16 +48,34 @@ def non_finite_loss(history: Sequence[Row]) -> Diagnostic | None:
     return None
 
 
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
 def entropy_collapse(
-    history: Sequence[Row], floor: float = 0.01, window: int = 10, drop: float = 0.5
+    history: Sequence[Row],
+    floor: float = 0.01,
+    window: int = 10,
+    drop: float = 0.5,
+    persist: int = 5,
+    stall: float = 0.02,
+    ceiling: float = 0.9,
 ) -> Diagnostic | None:
-    """Entropy below `floor` nats, or fallen by more than `drop` (relative) over `window` steps
-    while the reward stalled (rose less than 0.02)."""
+    """Entropy below `floor` nats for `persist` steps in a row; or its `window`-step mean below
+    (1 - `drop`) times its mean over the run's first `window` steps, at each of the last
+    `persist` steps, while the reward stalled (its `window`-step mean rose less than `stall`
+    over the `window` steps before) below `ceiling` (a reward mean at or above it, near the top
+    of the usual 0-1 verifiers, is a solved task: falling entropy there is convergence).
+
+    Judged on means, not single steps: with a few prompts per step the per-step entropy swings
+    by a factor of several around a stable level (0.2-1.2 nats with 8 prompts), which a
+    step-to-step comparison reads as a collapse. A 10-step mean of such noise moves ~0.1 nats,
+    so a real fall stands out, and `persist` steps in a row rule out a chance dip."""
     ent = _series(history, "entropy")
-    if not ent:
+    if len(ent) < persist:
         return None
     step = history[-1]["step"]
-    if ent[-1] < floor:
+    if all(v < floor for v in ent[-persist:]):
         return Diagnostic(
             "entropy_collapse",
             step,
@@ -68,21 +86,25 @@ def entropy_collapse(
             "algorithm.clip_ratio_high=0.28 (clip-higher)",
         )
     reward = _series(history, "reward_mean")
-    stalled = len(reward) > window and reward[-1] - reward[-window - 1] < 0.02
+    if len(ent) < max(2 * window, window + persist - 1) or len(reward) < 2 * window:
+        return None
+    early = _mean(ent[:window])
+    # The window-step mean at each of the last `persist` steps (oldest windows may overlap the
+    # early one when the run is short; the latest never does).
+    recent = [_mean(ent[len(ent) - k - window : len(ent) - k]) for k in range(persist)]
     # A fast fall while reward still climbs is the policy converging, not collapsing.
-    if (
-        len(ent) > window
-        and ent[-window - 1] > 0
-        and ent[-1] < (1 - drop) * ent[-window - 1]
-        and stalled
-    ):
+    recent_reward = _mean(reward[-window:])
+    stalled = recent_reward - _mean(reward[-2 * window : -window]) < stall
+    stalled = stalled and recent_reward < ceiling
+    if early > 0 and all(r < (1 - drop) * early for r in recent) and stalled:
         return Diagnostic(
             "entropy_collapse",
             step,
-            "entropy",
-            ent[-1],
-            f"entropy fell by more than {drop:.0%} in {window} steps; consider "
-            "clip-higher or a lower learning rate",
+            f"entropy ({window}-step mean)",
+            recent[0],
+            f"more than {drop:.0%} below the first {window} steps' mean ({early:.3g}) for "
+            f"{persist} steps while the reward stalled; consider clip-higher or a lower "
+            "learning rate",
         )
     return None
 

@@ -1,7 +1,7 @@
-"""Metric sinks and small statistics helpers.
+"""Metric sinks, the progress display and small statistics helpers.
 
-metrics.jsonl is always written: one JSON object per step, flushed at once, so a crashed run keeps
-every step it finished.
+metrics.jsonl is always written: one JSON object per step (after a step-0 object, the held-out
+evaluation before training), flushed at once, so a crashed run keeps every step it finished.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,35 +61,119 @@ def memory_metrics(device: Any = None) -> dict[str, float]:
     return out
 
 
-class Progress:
-    """A tqdm bar with ETA and headline metrics; silent when stderr is not a terminal."""
+# What the bar's postfix and the plain lines show: (metric, label).
+SHOWN = (
+    ("reward_mean", "reward"),
+    ("eval_accuracy", "acc"),
+    ("completion_length_mean", "len"),
+    ("entropy", "ent"),
+)
+PLAIN_LINES = 20  # lines a run prints when stderr is not a terminal, besides the time-based ones
+PLAIN_INTERVAL_S = 30.0  # ... and at least one line this often (on the next step after it)
 
-    def __init__(self, total: int, enabled: bool, desc: str = "rlvr train") -> None:
+
+class Progress:
+    """Progress of a run on stderr. On a terminal: a tqdm bar with ETA and headline metrics.
+    Otherwise (stderr redirected to a file or a pipe) a plain line, one per line, for
+    `grep`/`tail -f`:
+
+        rlvr train: step 12/60 reward=0.412 len=23.1 ent=0.712 step_s=0.84 elapsed=10s eta=40s
+
+    printed at the first step, every max(1, last_step // 20) steps, at the last step, on
+    held-out evaluation steps (with `acc`, eval_accuracy), and at the first step that ends
+    `PLAIN_INTERVAL_S` (30 s) or more after the previous line (slow steps: a line at least every
+    step or 30 s). Rows without a reward (SFT) show `loss`. Silent when not `enabled`."""
+
+    def __init__(
+        self,
+        total: int,
+        enabled: bool,
+        desc: str = "rlvr train",
+        *,
+        stream: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.bar = None
-        if enabled and sys.stderr.isatty():
+        self.total, self.desc, self.clock = total, desc, clock
+        self.stream = stream if stream is not None else sys.stderr
+        self.plain = False
+        self.n = 0  # updates so far, catch-up ones (a resumed run's earlier steps) included
+        self.timed = 0  # updates with metrics in this process: the rate behind the ETA
+        self.start = self.last_line = clock()
+        self.printed = False
+        if not enabled or self.stream is None:  # no stderr at all (pythonw)
+            return
+        isatty = getattr(self.stream, "isatty", None)
+        if isatty is not None and isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, dynamic_ncols=True, file=sys.stderr)
+            self.bar = tqdm(total=total, desc=desc, dynamic_ncols=True, file=self.stream)
+        else:
+            self.plain = True
 
     def update(self, metrics: Mapping[str, Any]) -> None:
+        self.n += 1
+        if self.plain:
+            self._plain_line(metrics)
         if self.bar is None:
             return
         shown = {}
-        for key, label in (
-            ("reward_mean", "reward"),
-            ("eval_accuracy", "acc"),
-            ("completion_length_mean", "len"),
-            ("entropy", "ent"),
-        ):
+        for key, label in SHOWN:
             if key in metrics:
                 shown[label] = f"{metrics[key]:.3g}"
         self.bar.set_postfix(shown, refresh=False)
         self.bar.update(1)
 
+    def _plain_line(self, metrics: Mapping[str, Any]) -> None:
+        if not metrics:  # a resumed run catching up on the steps it had done
+            return
+        self.timed += 1
+        now = self.clock()
+        position = int(metrics.get("step", self.n))
+        last = position + self.total - self.n
+        every = max(1, last // PLAIN_LINES)
+        due = (
+            not self.printed
+            or position % every == 0
+            or position >= last
+            or "eval_accuracy" in metrics  # a held-out evaluation: always worth a line
+            or now - self.last_line >= PLAIN_INTERVAL_S
+        )
+        if not due:
+            return
+        self.printed, self.last_line = True, now
+        label = "step " if "step" in metrics else ""
+        parts = [f"{self.desc}: {label}{position}/{last}"]
+        for key, name in SHOWN:
+            if _is_number(metrics.get(key)):
+                parts.append(f"{name}={metrics[key]:.3g}")
+        if "reward_mean" not in metrics and _is_number(metrics.get("loss")):
+            parts.append(f"loss={metrics['loss']:.4g}")
+        if _is_number(metrics.get("step_time_s")):
+            parts.append(f"step_s={metrics['step_time_s']:.3g}")
+        elapsed = now - self.start
+        parts.append(f"elapsed={_duration(elapsed)}")
+        parts.append(f"eta={_duration(elapsed / self.timed * max(0, last - position))}")
+        print(" ".join(parts), file=self.stream, flush=True)
+
     def write(self, text: str) -> None:
         if self.bar is not None:
-            self.bar.write(text, file=sys.stderr)
+            self.bar.write(text, file=self.stream)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _duration(seconds: float) -> str:
+    """45s, 12m05s, 3h02m."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

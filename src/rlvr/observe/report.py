@@ -1,8 +1,9 @@
 """Read run directories and write one self-contained HTML report with training-curve plots.
 
 A run directory (written by `rlvr train`) holds metrics.jsonl (one JSON object per step, names in
-docs/metrics.md), summary.json (eval_before / eval_after), config.yaml and samples/step-N.jsonl.
-Only metrics.jsonl is required; the report says so where another file is missing.
+docs/metrics.md; since issue 22 a step-0 row holds the evaluation before training), summary.json
+(eval_before / eval_after), config.yaml and samples/step-N.jsonl. Only metrics.jsonl is required;
+the report says so where another file is missing.
 
 Decisions:
 - The report is one HTML file with the PNGs embedded as base64 data URIs and inline CSS, so it
@@ -174,7 +175,9 @@ def _draw_reward(ax: Any, runs: list[Run], colors: list[Any]) -> bool:
 
 
 def _draw_eval(ax: Any, runs: list[Run], colors: list[Any]) -> bool:
-    """eval_accuracy at the steps that ran it, eval_before at step 0, eval_after at the end."""
+    """eval_accuracy at the steps that ran it (step 0: the evaluation before training), or
+    eval_before of summary.json at step 0 for a run without that row (written before issue 22),
+    and eval_after at the end."""
     drawn = False
     for run, color in zip(runs, colors):
         xs, ys = _series(run, "eval_accuracy")
@@ -182,7 +185,7 @@ def _draw_eval(ax: Any, runs: list[Run], colors: list[Any]) -> bool:
         before = (summary.get("eval_before") or {}).get("accuracy")
         after = (summary.get("eval_after") or {}).get("accuracy")
         last = summary.get("steps") or (run.rows[-1]["step"] if run.rows else 0)
-        if isinstance(before, (int, float)):
+        if isinstance(before, (int, float)) and 0 not in xs:
             xs, ys = [0, *xs], [float(before), *ys]
         if isinstance(after, (int, float)):
             xs, ys = [*xs, last], [*ys, float(after)]

@@ -174,6 +174,7 @@ class GRPOTrainer:
             cfg.logging,
             deterministic=cfg.checkpoint.deterministic,
             main=main,
+            fresh=restored is None,  # --resume without a checkpoint starts over
         )
         triggers = CheckpointTriggers(cfg.checkpoint, self.world)
         schedule = EvalSchedule.from_config(cfg.eval, cfg.training.steps, bool(self.evaluate))
@@ -182,7 +183,7 @@ class GRPOTrainer:
         try:
             if schedule.before and restored is None and main:
                 summary["eval_before"] = self.evaluate()
-                out.write_eval(summary["eval_before"], 0)
+                out.write_eval_before(summary["eval_before"])  # metrics.jsonl's step-0 row
                 self.log(eval_line("before", summary["eval_before"]))
             progress = out.start_progress(cfg.training.steps - first_step + 1, self.show_progress)
             for self.step in range(first_step, cfg.training.steps + 1):
@@ -222,12 +223,13 @@ class GRPOTrainer:
                         warned.add(d.name)
                         progress.write(d.line())
                         self.log(d.line())
+                # before the row is written: deterministic mode moves step_time_s out of it
+                progress.update(metrics)
                 out.write(metrics, self.step)
                 if stats["skipped_updates"]:  # after the step's row is written: nothing lost
                     self.learner.check_skips(
                         self.step, stats["skipped_updates"], self.run_dir, self.log
                     )
-                progress.update(metrics)
                 # 4. checkpoint when due
                 save, signum = triggers.check(self.step)
                 if save:

@@ -1,9 +1,10 @@
 """Run scaffolding shared by `rlvr train` and `rlvr sft`: what a run writes and when it saves.
 
-- `RunLog`: metrics.jsonl (one object per step, flushed at once), timings.jsonl in deterministic
-  mode (wall-clock numbers apart, so metrics.jsonl is identical across reruns and resumes), the
-  optional sinks (TensorBoard, W&B, MLflow) and the progress bar; rank 0 writes, other ranks
-  write nowhere.
+- `RunLog`: metrics.jsonl (one object per step, flushed at once, and a step-0 object for the
+  held-out evaluation before training), timings.jsonl in deterministic mode (wall-clock numbers
+  apart, so metrics.jsonl is identical across reruns and resumes), the optional sinks
+  (TensorBoard, W&B, MLflow) and the progress (a bar on a terminal, plain lines otherwise);
+  rank 0 writes, other ranks write nowhere.
 - `EvalSchedule`: the held-out evaluations before, every N steps and after training.
 - `CheckpointTriggers`: a checkpoint every N steps, every M minutes, and on SIGINT/SIGTERM (the
   step in progress finishes, a checkpoint is written, `TrainingInterrupted` says how to resume);
@@ -50,8 +51,9 @@ class _NullWriter:
 
 class RunLog:
     """Where a run's per-step rows go: metrics.jsonl, timings.jsonl (deterministic mode), the
-    configured sinks and the progress bar. Appends: a resumed run's files were truncated to its
-    checkpoint's step before this opens them."""
+    configured sinks and the progress display. Appends: a resumed run's files were truncated to
+    its checkpoint's step before this opens them; `fresh` empties them first (a run that
+    restored no checkpoint starts over, leaving no row of an earlier attempt behind)."""
 
     def __init__(
         self,
@@ -61,7 +63,11 @@ class RunLog:
         *,
         deterministic: bool,
         main: bool = True,
+        fresh: bool = False,
     ) -> None:
+        if main and fresh:
+            for name in ("metrics.jsonl", "timings.jsonl"):
+                (run_dir / name).unlink(missing_ok=True)
         self.writer = JsonlWriter(run_dir / "metrics.jsonl") if main else _NullWriter()
         self.timings = None
         if deterministic:
@@ -89,8 +95,17 @@ class RunLog:
         self.sinks.log(metrics, step)
 
     def write_eval(self, results: Mapping[str, float], step: int) -> None:
-        """A held-out evaluation outside the step rows (before or after training)."""
+        """A held-out evaluation outside the step rows (before or after training): to the
+        sinks as eval/<name>."""
         self.sinks.log({f"eval/{k}": v for k, v in results.items()}, step)
+
+    def write_eval_before(self, results: Mapping[str, float]) -> None:
+        """The held-out evaluation before training: metrics.jsonl's step-0 row, `step` and the
+        results as `eval_<name>` (the keys of an evaluation step's row; training rows count
+        from 1, so step 0 is never a training step), and the sinks' eval/<name> at step 0. Not
+        in timings.jsonl: it holds no wall-clock key."""
+        self.writer.write({"step": 0, **{f"eval_{k}": v for k, v in results.items()}})
+        self.write_eval(results, 0)
 
     def close(self) -> None:
         if self.progress is not None:

@@ -422,7 +422,7 @@ def run_sft(
     try:
         if schedule.before and step == 0:
             summary["eval_before"] = evaluate_sft(run)
-            out.write_eval(summary["eval_before"], 0)
+            out.write_eval_before(summary["eval_before"])  # metrics.jsonl's step-0 row
             log(eval_line("before", summary["eval_before"]))
         while step < run.total_steps:
             step += 1
@@ -432,8 +432,8 @@ def run_sft(
                 metrics.update({f"eval_{k}": v for k, v in evaluate_sft(run).items()})
             metrics["step_time_s"] = time.perf_counter() - t_step
             metrics.update(memory_metrics(run.device))
+            bar.update(metrics)  # before the row is written: deterministic mode moves times out
             out.write(metrics, step)
-            bar.update(metrics)
             save, signum = triggers.check(step)
             if save:
                 state = trainer_state(
