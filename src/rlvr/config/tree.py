@@ -141,8 +141,15 @@ class DataConfig:
     system_prompt: str | None = _f(None, "system message, used only with a chat template")
     prompt_template: str | None = _f(
         None,
-        "plain template around every prompt, e.g. 'Q: {prompt}\\nA:'; other {field}s of the "
+        'plain template around every prompt, e.g. "Q: {prompt}\\nA:"; other {field}s of the '
         "sample may appear (docs/data.md)",
+    )
+    fewshot: int = _f(
+        0,
+        "solved training problems shown before every prompt, as chat turns or plain text "
+        "(docs/data.md)",
+        ge=0,
+        le=64,
     )
     seed: int = _f(0, "seed of the prompt stream")
 

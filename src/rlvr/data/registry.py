@@ -8,12 +8,17 @@ from rlvr.config import DataConfig
 
 
 def build_task(cfg: DataConfig) -> Any:
-    """The task of `cfg`, its prompts rewritten by `data.prompt_template` when one is set."""
+    """The task of `cfg`, its prompts rewritten by `data.prompt_template` when one is set and
+    preceded by `data.fewshot` solved training problems when that is > 0."""
     task = _build_task(cfg)
     if cfg.prompt_template:
         from rlvr.data.template import TemplatedTask
 
-        return TemplatedTask(task, cfg.prompt_template)
+        task = TemplatedTask(task, cfg.prompt_template)
+    if cfg.fewshot:
+        from rlvr.data.fewshot import FewShotTask
+
+        task = FewShotTask(task, cfg.fewshot, seed=cfg.seed)
     return task
 
 

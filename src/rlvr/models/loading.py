@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from rlvr.config import ModelConfig
+from rlvr.data.fewshot import chat_turns, render_plain
 from rlvr.errors import ModelLoadError
 
 EMBEDDED = "embedded"
@@ -175,18 +176,21 @@ def encode_prompt(
     chat: bool,
     system_prompt: str | None = None,
     tools: list[dict] | None = None,
+    shots: list[dict] | None = None,
 ) -> list[int]:
     """Token ids of a prompt: through the chat template for instruct models, plain otherwise.
 
     Plain prompts get the tokenizer's BOS token when it adds one by default; chat templates
     carry their own special tokens, so nothing else is added. `tools` (JSON schemas of
     functions) are declared to a chat template that takes them (the python tool in its
-    `hermes` format).
+    `hermes` format). `shots` (solved examples, `data.fewshot`: rlvr/data/fewshot.py) come
+    before the question: as user/assistant turns after the system message, or as plain text.
     """
     if chat:
         messages = []
         if system_prompt:
             messages.append({"role": "system", "content": system_prompt})
+        messages.extend(chat_turns(shots or []))
         messages.append({"role": "user", "content": prompt})
         extra = {"tools": tools} if tools else {}
         ids = tokenizer.apply_chat_template(
@@ -195,4 +199,4 @@ def encode_prompt(
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return list(ids)
-    return list(tokenizer(prompt)["input_ids"])
+    return list(tokenizer(render_plain(shots or [], prompt))["input_ids"])

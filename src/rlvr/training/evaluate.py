@@ -233,7 +233,11 @@ def evaluate_model(
     chat = uses_chat_template(tokenizer, model_cfg.chat_template)
     prompts = [
         encode_prompt(
-            tokenizer, s["prompt"], chat=chat, system_prompt=s.get("system") or system_prompt
+            tokenizer,
+            s["prompt"],
+            chat=chat,
+            system_prompt=s.get("system") or system_prompt,
+            shots=s.get("shots"),
         )
         for s in samples
     ]

@@ -68,6 +68,7 @@ class Policy:
             chat=self.chat,
             system_prompt=sample.get("system") or self.system_prompt,
             tools=self.tools,
+            shots=sample.get("shots"),
         )
 
     def run(self, fn: Callable[..., Any], model: torch.nn.Module, *args: Any, **kw: Any) -> Any:

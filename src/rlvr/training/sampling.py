@@ -253,7 +253,9 @@ def sample_and_score(
 
     def encode(sample: Mapping[str, Any]) -> list[int]:
         system = sample.get("system") or cfg.data.system_prompt
-        return encode_prompt(tokenizer, sample["prompt"], chat=chat, system_prompt=system)
+        return encode_prompt(
+            tokenizer, sample["prompt"], chat=chat, system_prompt=system, shots=sample.get("shots")
+        )
 
     if cfg.data.max_prompt_tokens and cfg.data.task == "dataset":
         from rlvr.data.datasets import filter_long_prompts

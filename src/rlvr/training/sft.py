@@ -192,6 +192,11 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
     if t.keep_freed_memory and device.type == "cpu":
         keep_freed_memory()
     verifier = build_verifier(cfg.reward.verifier)
+    if cfg.task.fewshot:
+        raise ConfigError(
+            "task.fewshot: rlvr sft teaches the answer format itself; few-shot prompts are for "
+            "rlvr train (set task.fewshot=0)"
+        )
     task = build_task(cfg.task)
     tokenizer = load_tokenizer(
         cfg.model.name_or_path, cfg.model.trust_remote_code, cfg.model.gguf_file
