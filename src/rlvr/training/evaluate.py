@@ -345,10 +345,7 @@ def evaluate_config(
     from rlvr.errors import ConfigError
     from rlvr.models.loading import resolve_device
     from rlvr.rewards.compose import build_verifier
-    from rlvr.rollout import build_engine
-    from rlvr.rollout.engines import engine_options
-    from rlvr.rollout.multi_turn import with_environment
-    from rlvr.training.policy import build_policy
+    from rlvr.training.policy import build_policy, build_rollout_engine
 
     verifier = build_verifier(cfg.reward.verifier)
     task = build_task(cfg.data)
@@ -358,12 +355,7 @@ def evaluate_config(
         rollout=replace(cfg.rollout, off_policy_steps=0),
     )
     policy = build_policy(weights_only, World(), resolve_device(cfg.model.device))
-    r = cfg.rollout
-    engine = with_environment(
-        build_engine(r.engine, policy.model, policy.tokenizer, **engine_options(r)),
-        policy.tokenizer,
-        cfg.environment,
-    )
+    engine = build_rollout_engine(cfg, policy.model, policy.tokenizer)
     if cfg.data.max_prompt_tokens and cfg.data.task == "dataset":  # as GRPOTrainer does
         from rlvr.data.datasets import filter_long_prompts
 

@@ -30,9 +30,7 @@ from rlvr.models.loading import resolve_device
 from rlvr.observe.diagnostics import diagnose
 from rlvr.observe.metrics import memory_metrics
 from rlvr.rewards.compose import build_verifier
-from rlvr.rollout import SamplingParams, build_engine
-from rlvr.rollout.engines import engine_options
-from rlvr.rollout.multi_turn import with_environment
+from rlvr.rollout import SamplingParams
 from rlvr.training.allocator import keep_freed_memory
 from rlvr.training.checkpoint import save_model
 from rlvr.training.collect import ScoredRollouts, collect
@@ -41,7 +39,7 @@ from rlvr.training.forward import build_forward
 from rlvr.training.learner import Learner
 from rlvr.training.optim import build_optimizer, build_scheduler
 from rlvr.training.packing import attention_pair_cost
-from rlvr.training.policy import build_policy
+from rlvr.training.policy import build_policy, build_rollout_engine
 from rlvr.training.rl_state import RLCheckpoints
 from rlvr.training.rollouts import build_rollout_source, build_schedule, check_rollout_source
 from rlvr.training.run import (
@@ -95,11 +93,8 @@ class GRPOTrainer:
         self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
         self.encode = self.policy.encode
         r = cfg.rollout
-        self.engine = with_environment(  # multi-turn around the engine when one is named
-            build_engine(r.engine, self.policy.rollout_model, self.tokenizer, **engine_options(r)),
-            self.tokenizer,
-            cfg.environment,
-        )
+        # multi-turn around the engine when one is named
+        self.engine = build_rollout_engine(cfg, self.policy.rollout_model, self.tokenizer)
         # An engine with other kernels than the learner's (vLLM), or a stale one (off-policy):
         # the update corrects for the sampler, and checks a fresh one agrees with the learner.
         self.correct_sampler = bool(r.off_policy_steps) or not self.engine.exact_logprobs
@@ -129,11 +124,7 @@ class GRPOTrainer:
         self.data_report = self._filter_long_prompts()
         # off-policy: the engine's weights are a stale snapshot; evaluation sees the current ones
         eval_engine = (
-            with_environment(
-                build_engine(r.engine, self.model, self.tokenizer, **engine_options(r)),
-                self.tokenizer,
-                cfg.environment,
-            )
+            build_rollout_engine(cfg, self.model, self.tokenizer)
             if r.off_policy_steps
             else self.engine  # with FSDP the replica is synced before every evaluation
         )

@@ -34,6 +34,9 @@ from rlvr.models.loading import (
     uses_chat_template,
 )
 from rlvr.models.lora import is_lora, reference_context
+from rlvr.rollout import build_engine
+from rlvr.rollout.engines import engine_options
+from rlvr.rollout.multi_turn import with_environment
 
 
 @dataclass
@@ -209,3 +212,11 @@ def declared_tools(env: Any) -> list[dict] | None:
     if env.name == "python" and env.format == "hermes":
         return [PYTHON_TOOL_SCHEMA]
     return None
+
+
+def build_rollout_engine(cfg: Config, model: torch.nn.Module, tokenizer: Any) -> Any:
+    """The engine `cfg.rollout` names over `model`, wrapped in the multi-turn loop of
+    `cfg.environment` when one is named (the trainer's rollouts, its evaluation, `rlvr eval`)."""
+    r = cfg.rollout
+    engine = build_engine(r.engine, model, tokenizer, **engine_options(r))
+    return with_environment(engine, tokenizer, cfg.environment)
