@@ -403,6 +403,58 @@ def test_kv_buffers_are_reused_when_they_fit(tiny_llama, char_tokenizer, prompts
     assert engine._cache is None
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_prefills_are_bounded_by_max_prefill_tokens_and_give_the_same_rollouts(
+    tiny_llama, char_tokenizer, prompts, n
+):
+    # The longest prompt has 12 tokens: a 24-token budget prefills at most two prompts at once
+    # (padded to the longer), so the 5 prompts take at least three prefills instead of one;
+    # greedy and keyed sampled rollouts are the same as with one prefill of everything (the
+    # tokens exactly; log-probs to float rounding, the padded width of a prefill differs).
+    sampled = SamplingParams(temperature=1.0, max_new_tokens=6)
+    reference = FastEngine(tiny_llama, char_tokenizer, max_batch_size=16)
+    capped = FastEngine(tiny_llama, char_tokenizer, max_batch_size=16, max_prefill_tokens=24)
+    batches = []
+    prefill = capped._decoder.prefill
+
+    def counting_prefill(ids, lengths):
+        batches.append(tuple(ids.shape))
+        return prefill(ids, lengths)
+
+    capped._decoder.prefill = counting_prefill
+    assert_same_rollouts(
+        capped.generate(prompts, n, GREEDY), reference.generate(prompts, n, GREEDY)
+    )
+    assert len(batches) >= 3 and sum(b[0] for b in batches) == len(prompts)
+    assert all(rows == 1 or rows * width <= 24 for rows, width in batches), batches
+    batches.clear()
+    assert_same_rollouts(
+        capped.generate(prompts, n, sampled, torch.Generator().manual_seed(1)),
+        reference.generate(prompts, n, sampled, torch.Generator().manual_seed(1)),
+    )
+    assert len(batches) >= 3
+    with pytest.raises(ValueError, match="max_prefill_tokens must be >= 1"):
+        FastEngine(tiny_llama, char_tokenizer, max_prefill_tokens=0)
+
+
+def test_prefill_keeps_compact_keys_and_values_not_the_query_projection(
+    tiny_llama, char_tokenizer, prompts
+):
+    engine = FastEngine(tiny_llama, char_tokenizer)
+    decoder = engine._decoder
+    decoder.prepare()
+    try:
+        ids = torch.tensor([prompts[2]])
+        keys, values, _ = decoder.prefill(ids, torch.tensor([ids.shape[1]]))
+    finally:
+        decoder.release()
+    kv_elements = 2 * decoder.kv_heads * ids.shape[1] * decoder.head_dim
+    for k, v in zip(keys, values, strict=True):
+        # the storage the prefill keeps per layer is the keys and values, nothing more
+        assert k.untyped_storage().nbytes() == kv_elements * k.element_size()
+        assert k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+
+
 def test_generate_restores_training_flag(tiny_llama, char_tokenizer, prompts):
     tiny_llama.train()
     FastEngine(tiny_llama, char_tokenizer).generate(prompts, 1, SamplingParams(max_new_tokens=3))

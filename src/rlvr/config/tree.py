@@ -203,7 +203,19 @@ class RolloutConfig:
     top_k: int = _f(0, "top-k sampling (0 = off)", ge=0)
     max_new_tokens: int = _f(64, "completion length limit, tokens", ge=1)
     stop: list[str] = _f([], "extra stop strings (EOS always stops)")
-    max_batch_size: int = _f(256, "rows decoded together", ge=1)
+    max_batch_size: int = _f(
+        0,
+        "rows decoded together (0 = auto: the rows of one step, prompts_per_step x group_size, "
+        "so held-out evaluation decodes no more rows at once than a training rollout); "
+        "docs/memory.md",
+        ge=0,
+    )
+    max_prefill_tokens: int = _f(
+        4096,
+        "fast engine: padded prompt tokens prefilled in one forward (at least one prompt); "
+        "bounds the memory of prompt prefills",
+        ge=1,
+    )
     off_policy_steps: int = _f(
         0,
         "0 = on-policy; 1 = generate the next batch while the current one trains (one step "

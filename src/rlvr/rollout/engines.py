@@ -30,10 +30,18 @@ def engine_class(name: str) -> type:
     return entry if isinstance(entry, type) else entry()
 
 
+def decoded_rows(rollout: Any) -> int:
+    """Rows an engine decodes together: `rollout.max_batch_size`, or when it is 0 (auto) the
+    rows of one step, prompts_per_step x group_size."""
+    return rollout.max_batch_size or rollout.prompts_per_step * rollout.group_size
+
+
 def engine_options(rollout: Any) -> dict[str, Any]:
     """The keyword arguments of the engine `rollout.engine` names, from the rollout section of
     a config."""
-    options: dict[str, Any] = {"max_batch_size": rollout.max_batch_size}
+    options: dict[str, Any] = {"max_batch_size": decoded_rows(rollout)}
+    if rollout.engine == "fast":
+        options["max_prefill_tokens"] = rollout.max_prefill_tokens
     if rollout.engine == "vllm":
         options.update(
             kv_cache_gb=rollout.vllm_kv_cache_gb,

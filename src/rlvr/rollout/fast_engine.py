@@ -6,7 +6,8 @@ strings), built for throughput:
 1. Static cache: K/V live in `SlotKVCache` buffers [slots, kv_heads, max_len, head_dim],
    allocated once and reused across calls while the shapes fit.
 2. Prefix sharing: each prompt is prefilled once; its K/V and next-token logits are copied into
-   the slots of its `n` samples.
+   the slots of its `n` samples. Prompts are prefilled in batches of at most
+   `max_prefill_tokens` padded tokens, loaded into their slots before the next batch runs.
 3. Continuous batching: at most `max_batch_size` slots decode together; when a row ends, its
    slot takes the next pending (prompt, sample) row at once, so a long tail does not idle the
    batch. When nothing is pending, finished slots are compacted away and the batch narrows.
@@ -80,6 +81,9 @@ class FastEngine:
     pack_weights: hold those copies (and o/down projections and the output head) in oneDNN's
         pre-packed layout (fp32 on CPU only). None = auto: on when the model's
         hidden size is at least PACK_MIN_HIDDEN, where it measured faster (docs/rollout.md).
+    max_prefill_tokens: padded prompt tokens prefilled in one forward (at least one prompt);
+        a prefill holds activations and keys/values in proportion to them, so this bounds the
+        memory prompts take on top of the K/V slots (max_batch_size rows).
     Unsupported architectures (see `llama_decoder.unsupported_reason`) are served by an
     internal `HFEngine`; `fallback_reason` says why, and is None when the fast path is used.
     """
@@ -96,12 +100,18 @@ class FastEngine:
         compile_backend: str = "inductor",
         fuse_projections: bool = True,
         pack_weights: bool | None = None,
+        max_prefill_tokens: int = 4096,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"FastEngine max_batch_size must be >= 1, got {max_batch_size}")
+        if max_prefill_tokens < 1:
+            raise ValueError(
+                f"FastEngine max_prefill_tokens must be >= 1, got {max_prefill_tokens}"
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        self.max_prefill_tokens = max_prefill_tokens
         self.compile = compile
         # the reference engine serves unsupported calls and resolves the EOS and pad ids
         self._hf = HFEngine(
@@ -148,15 +158,16 @@ class FastEngine:
 
     def release_cache(self) -> None:
         """Free what is kept between calls: the K/V buffers and the fused/packed weight copies
-        (the next call makes them again). Also the way to force fresh copies after writing
-        weights behind their version counters, through `.data` (see `weight_stamp.Stamp`)."""
+        (the next call makes them again). The GRPO trainer calls this after each rollout: its
+        update needs the memory, and changes every weight, so the copies could not serve the
+        next rollout anyway (making the buffers again costs one zero-fill, ~0.1 s per GB).
+        Also the way to force fresh copies after writing weights behind their version
+        counters, through `.data` (see `weight_stamp.Stamp`)."""
         self._cache = None
         self.release_weights()
 
     def release_weights(self) -> None:
-        """Free the kept fused/packed weight copies only (the K/V buffers stay). The GRPO
-        trainer calls this after each rollout: its update changes every weight, so the copies
-        could not serve the next rollout and would only add to the update's peak memory."""
+        """Free the kept fused/packed weight copies only (the K/V buffers stay)."""
         if self._decoder is not None:
             self._decoder.release(weights=True)
 
@@ -293,9 +304,16 @@ class _Rollout:
 
     def _prefill_from(self, first: int) -> None:
         """Prefill prompts first.. in one right-padded batch: as many prompts as the slots can
-        take at once (at least one), so prefills are few and batched."""
+        take at once, so prefills are few and batched, but no more than fit in
+        `max_prefill_tokens` padded tokens (at least one prompt), which bounds the memory of a
+        prefill's activations and of the keys/values it holds until its rows take slots."""
         engine = self.engine
-        count = min(max(1, -(-self.slots // self.n)), len(self.prompts) - first)
+        count, longest = 0, 0
+        for prompt in self.prompts[first : first + max(1, -(-self.slots // self.n))]:
+            longest = max(longest, prompt.numel())
+            if count and (count + 1) * longest > engine.max_prefill_tokens:
+                break
+            count += 1
         batch = self.prompts[first : first + count]
         lengths = torch.tensor([p.numel() for p in batch])
         ids = torch.full((count, int(lengths.max())), engine.pad_token_id, dtype=torch.long)
@@ -310,7 +328,9 @@ class _Rollout:
             )
 
     def _fill(self, free_slots: list[int]) -> None:
-        """Give free slots the next pending rows, in row order (prompt-major, sample-minor)."""
+        """Give free slots the next pending rows, in row order (prompt-major, sample-minor).
+        The slots assigned so far are loaded before another prefill runs, so one prefill's
+        keys/values are alive at a time (besides those of prompts with samples still pending)."""
         assigned: dict[int, list[int]] = {}
         for slot in free_slots:
             if self.next_row >= self.num_rows:
@@ -319,9 +339,16 @@ class _Rollout:
             self.next_row += 1
             prompt = row // self.n
             if prompt not in self.prefixes:
+                self._load(assigned)
+                assigned = {}
                 self._prefill_from(prompt)
             assigned.setdefault(prompt, []).append(slot)
             self.slot_row[slot] = row
+        self._load(assigned)
+
+    def _load(self, assigned: dict[int, list[int]]) -> None:
+        """Load the prefilled prompts' keys/values and first-token logits into their slots
+        (`assigned`: prompt -> slots) and start those slots."""
         if not assigned:
             return
         if self.logits is None:

@@ -97,9 +97,10 @@ class HFEngine:
         if model is not self.model:
             self.load_weights(model.state_dict())
 
-    def release_weights(self) -> None:
-        """Nothing to free: this engine multiplies by the model's own weights (the fast engine
-        keeps fused/packed copies; see FastEngine.release_weights)."""
+    def release_cache(self) -> None:
+        """Nothing to free: this engine keeps nothing between calls and multiplies by the
+        model's own weights (the fast engine keeps K/V buffers and fused/packed copies; see
+        FastEngine.release_cache)."""
 
     def generate(
         self,

@@ -484,8 +484,11 @@ class LlamaFamilyDecoder:
                 q, k, v, is_causal=True, scale=plan.layer.self_attn.scaling, enable_gqa=self._gqa
             )
             h = self._finish_layer(plan, h, attended)
-            keys.append(k)
-            values.append(v)
+            # k and v are views into the layer's [B, Hq + 2 Hkv, P, D] projection: keep a
+            # compact copy of them, not the whole tensor (the queries were ~60% of it).
+            cached = torch.cat((k, v), dim=1)
+            keys.append(cached[:, : self.kv_heads])
+            values.append(cached[:, self.kv_heads :])
         rows = torch.arange(input_ids.shape[0], device=input_ids.device)
         return keys, values, self._logits(h[rows, lengths - 1])
 

@@ -79,7 +79,7 @@ class MultiTurnEngine:
     """`generate` as every engine has it, with an environment per row between model turns.
 
     engine: the inner engine (fast, hf, vllm); every other attribute (max_batch_size, sync,
-        release_weights, exact_logprobs, device) is the inner engine's.
+        release_cache, exact_logprobs, device) is the inner engine's.
     make_env: a function making one environment (rlvr.environments.environment_factory).
     max_turns: model turns per row (>= 1); stop: the tool-call format's stop strings, added to
         the sampling's own; timeout_s: a step running longer (plus a grace second) is

@@ -219,7 +219,7 @@ class VLLMEngine:
             )
             self.llm.reset_prefix_cache()
 
-    def release_weights(self) -> None:
+    def release_cache(self) -> None:
         """After a rollout: on CUDA with sleep mode, free the KV cache for the update."""
         if self.sleep_between_calls and not self._asleep:
             with _isolated():

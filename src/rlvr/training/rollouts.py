@@ -139,7 +139,8 @@ class LocalRollouts:
                     first_row=first_row,
                     samples=samples,
                 )
-                self.engine.release_weights()  # the update changes them: no use keeping copies
+                # The update needs the memory; its new weights would make the kept copies stale.
+                self.engine.release_cache()
                 return batch
             except torch.OutOfMemoryError:
                 size = self.engine.max_batch_size
