@@ -368,3 +368,29 @@ def test_heldout_sft_rows_report_a_completion_loss(tmp_path, tiny_model_dir):
     # step 0 is eval_before (metrics.jsonl's step-0 row), step 9 eval_after (summary.json only)
     assert [m["step"] for m in metrics if "eval_loss" in m] == [0, 3, 6]
     assert metrics[0] == {"step": 0, **{f"eval_{k}": v for k, v in summary["eval_before"].items()}}
+
+
+def test_sft_follows_model_precision(tmp_path, tiny_model_dir):
+    # bf16-mixed: fp32 weights and AdamW state, the forward in bf16 (a loss close to fp32's,
+    # not equal to it); pure bf16: bf16 weights and the warning rlvr train gives.
+    from rlvr.training.sft import accumulate_gradients, prepare_sft
+
+    settings = ("data.num_examples=16", "training.batch_size=16")
+    runs, lines = {}, []
+    for precision in ("fp32", "bf16-mixed", "bf16"):
+        cfg = _cfg(tiny_model_dir, f"model.precision={precision}", *settings)
+        run = prepare_sft(cfg, None, lines.append)
+        batches = micro_batches(
+            run.data.train, 0, packing=True, pack_length=run.pack_length, micro_batch_size=16
+        )
+        loss, _ = accumulate_gradients(run.model, batches, run.compute_dtype)
+        runs[precision] = (run, loss)
+    fp32, mixed, pure = (runs[p] for p in ("fp32", "bf16-mixed", "bf16"))
+    assert next(mixed[0].model.parameters()).dtype == torch.float32
+    assert mixed[0].compute_dtype == torch.bfloat16 and fp32[0].compute_dtype is None
+    assert next(pure[0].model.parameters()).dtype == torch.bfloat16
+    assert mixed[1] != fp32[1] and mixed[1] == pytest.approx(fp32[1], rel=0.02)
+    assert [line for line in lines if "warning" in line] == [
+        "warning: model.precision=bf16: AdamW updates below bf16 resolution (~2^-8 relative) "
+        "are lost; use bf16-mixed"
+    ]

@@ -48,16 +48,16 @@ class ModelConfig:
     )
     dtype: str = _f(
         "auto",
-        "weights' dtype of inference (eval, sample, Ray rollout actors) and SFT; auto = fp32 on "
-        "CPU, bf16 on CUDA. `rlvr train` follows model.precision",
+        "weights' dtype of inference (eval, sample, Ray rollout actors); auto = fp32 on CPU, "
+        "bf16 on CUDA. `rlvr train` and `rlvr sft` follow model.precision",
         choices=["auto", "float32", "bfloat16", "float16"],
     )
     precision: str = _f(
         "auto",
-        "rlvr train's numerics: fp32; bf16-mixed = fp32 master weights and AdamW state, bf16 "
-        "compute (autocast), fp32 log-probs and loss; bf16 = pure bf16 weights (small updates "
-        "are lost); auto = bf16-mixed on CUDA, fp32 on CPU, pure weights of an explicit "
-        "model.dtype",
+        "rlvr train's and rlvr sft's numerics: fp32; bf16-mixed = fp32 master weights and AdamW "
+        "state, bf16 compute (autocast), fp32 log-probs and loss; bf16 = pure bf16 weights "
+        "(small updates are lost); auto = bf16-mixed on CUDA, fp32 on CPU, pure weights of an "
+        "explicit model.dtype",
         choices=list(PRECISIONS),
     )
     device: str = _f("auto", "auto = cuda if available, else cpu", choices=["auto", "cpu", "cuda"])

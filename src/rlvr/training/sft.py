@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.config import dump_yaml, to_dict
+from rlvr.config.checks import precision_warning
 from rlvr.errors import ConfigError, UserError
 from rlvr.training.allocator import keep_freed_memory
 from rlvr.training.checkpoint import (
@@ -67,16 +69,27 @@ ATTENTION_WITH_4D_MASKS = ("eager", "sdpa")  # transformers passes a 4D mask to 
 __all__ = ["SFTConfig", "run_sft"]
 
 
-def completion_nll_sum(model: Any, batch: PackedBatch) -> torch.Tensor:
-    """Sum over completion tokens of -log p(token | its own example's prefix), nats (scalar)."""
+def completion_nll_sum(
+    model: Any, batch: PackedBatch, compute_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """Sum over completion tokens of -log p(token | its own example's prefix), nats (scalar).
+
+    compute_dtype: the forward runs under torch.autocast to it (model.precision=bf16-mixed:
+    bf16 compute over fp32 weights); the log-softmax and the loss are fp32 either way."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    out = model(
-        input_ids=batch.input_ids.to(device),
-        attention_mask=block_causal_mask(batch.segment_ids.to(device), dtype),
-        position_ids=batch.position_ids.to(device),
-        use_cache=False,
+    context = (
+        torch.autocast(device.type, dtype=compute_dtype, cache_enabled=False)
+        if compute_dtype is not None
+        else nullcontext()
     )
+    with context:
+        out = model(
+            input_ids=batch.input_ids.to(device),
+            attention_mask=block_causal_mask(batch.segment_ids.to(device), dtype),
+            position_ids=batch.position_ids.to(device),
+            use_cache=False,
+        )
     logits = out.logits[:, :-1].float()
     targets = batch.labels[:, 1:].to(device)
     return F.cross_entropy(
@@ -87,8 +100,11 @@ def completion_nll_sum(model: Any, batch: PackedBatch) -> torch.Tensor:
     )
 
 
-def accumulate_gradients(model: Any, batches: Sequence[PackedBatch]) -> tuple[float, int]:
-    """Backward the completion-token mean loss of all `batches` as one batch.
+def accumulate_gradients(
+    model: Any, batches: Sequence[PackedBatch], compute_dtype: torch.dtype | None = None
+) -> tuple[float, int]:
+    """Backward the completion-token mean loss of all `batches` as one batch (forwards under
+    autocast to `compute_dtype` when given, as in `completion_nll_sum`).
 
     Each micro batch's loss sum is divided by the token count of the *whole* optimizer batch
     before backward, so the accumulated gradient equals the gradient of the full-batch mean,
@@ -99,7 +115,7 @@ def accumulate_gradients(model: Any, batches: Sequence[PackedBatch]) -> tuple[fl
         raise ValueError("optimizer batch without completion tokens")
     loss_sum = 0.0
     for b in batches:
-        nll = completion_nll_sum(model, b)
+        nll = completion_nll_sum(model, b, compute_dtype)
         (nll / total).backward()
         loss_sum += float(nll.detach())
     return loss_sum / total, total
@@ -107,7 +123,11 @@ def accumulate_gradients(model: Any, batches: Sequence[PackedBatch]) -> tuple[fl
 
 @torch.no_grad()
 def mean_completion_loss(
-    model: Any, examples: Sequence[SFTExample], pad_id: int, rows_per_batch: int = 64
+    model: Any,
+    examples: Sequence[SFTExample],
+    pad_id: int,
+    rows_per_batch: int = 64,
+    compute_dtype: torch.dtype | None = None,
 ) -> float:
     """Completion-token mean NLL (nats) over `examples`, e.g. held-out SFT rows."""
     was_training = model.training
@@ -116,7 +136,7 @@ def mean_completion_loss(
     try:
         for i in range(0, len(examples), rows_per_batch):
             b = collate([[e] for e in examples[i : i + rows_per_batch]], pad_id)
-            total += float(completion_nll_sum(model, b))
+            total += float(completion_nll_sum(model, b, compute_dtype))
             tokens += b.num_loss_tokens
     finally:
         model.train(was_training)
@@ -161,6 +181,7 @@ class SFTRun:
     device: torch.device
     pack_length: int
     total_steps: int
+    compute_dtype: torch.dtype | None = None  # model.precision's autocast dtype (bf16-mixed)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -178,7 +199,7 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
         load_model,
         load_tokenizer,
         resolve_device,
-        resolve_dtype,
+        resolve_precision,
         uses_chat_template,
     )
     from rlvr.rewards.compose import build_verifier
@@ -188,7 +209,13 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
     t = cfg.training
     torch.manual_seed(t.seed)
     device = resolve_device(cfg.model.device)
-    dtype = resolve_dtype(cfg.model.dtype, device)
+    # model.precision as rlvr train reads it: fp32 masters under bf16-mixed (a LoRA base in
+    # bf16: only its fp32 adapters train), pure weights of an explicit model.dtype
+    precision = resolve_precision(cfg.model, device)
+    dtype = precision.compute if cfg.model.lora_rank and precision.compute else precision.weights
+    pure = precision_warning(cfg.model)
+    if pure:
+        log(f"warning: {pure}")
     if t.keep_freed_memory and device.type == "cpu":
         keep_freed_memory()
     verifier = build_verifier(cfg.reward.verifier)
@@ -261,6 +288,7 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
         device=device,
         pack_length=pack_length,
         total_steps=total_steps,
+        compute_dtype=precision.compute,
     )
 
 
@@ -284,7 +312,9 @@ def evaluate_sft(run: SFTRun) -> dict[str, float]:
             budgets=tuple(cfg.eval.budgets),
         )
     if run.data.eval:
-        out["loss"] = mean_completion_loss(run.model, run.data.eval, run.tokenizer.pad_token_id)
+        out["loss"] = mean_completion_loss(
+            run.model, run.data.eval, run.tokenizer.pad_token_id, compute_dtype=run.compute_dtype
+        )
     return out
 
 
@@ -301,7 +331,7 @@ def train_step(run: SFTRun, step: int) -> dict[str, Any]:
         micro_batch_size=t.micro_batch_size,
     )
     run.optimizer.zero_grad(set_to_none=True)
-    loss, loss_tokens = accumulate_gradients(run.model, batches)
+    loss, loss_tokens = accumulate_gradients(run.model, batches, run.compute_dtype)
     params = [p for p in run.model.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, opt.max_grad_norm or math.inf)
     lr = run.scheduler.get_last_lr()[0]  # the lr this step is taken with
