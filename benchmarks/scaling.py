@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 
-def build_model(directory: Path) -> None:
+def build_model(directory: Path, max_positions: int = 512) -> None:
     """A random Llama that never ends a completion early: its tokenizer's EOS id is the one id
     past the model's vocabulary, so every completion runs to max_new_tokens and the generated
-    tokens per step are exactly prompts x G x length."""
+    tokens per step are exactly prompts x G x length (up to `max_positions` tokens in all)."""
     import torch
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -49,7 +49,7 @@ def build_model(directory: Path) -> None:
         num_hidden_layers=4,
         num_attention_heads=8,
         num_key_value_heads=8,
-        max_position_embeddings=512,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         pad_token_id=vocab["<pad>"],
         bos_token_id=None,

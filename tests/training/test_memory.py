@@ -96,3 +96,107 @@ def test_lora_count_equals_what_peft_trains(tiny_model_dir):
     config = AutoConfig.from_pretrained(tiny_model_dir)
     assert lora_trainable(config, 4, ["all-linear"]) == trainable_parameters(model)[0]
     assert lora_trainable(config, 4, ["q_proj", "v_proj"]) < trainable_parameters(model)[0]
+
+
+def _saved_bytes(model, packed) -> int:
+    """Bytes of the distinct storages autograd keeps for the backward of the packed update's
+    forward (parameters excluded)."""
+    import torch
+
+    from rlvr.training.packing import packed_completion_logprobs
+
+    seen: dict[int, int] = {}
+
+    def keep(t):
+        storage = t.untyped_storage()
+        seen[storage._cdata] = max(seen.get(storage._cdata, 0), storage.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        packed_completion_logprobs(model, packed, attention="dense")
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
+    return sum(size for key, size in seen.items() if key not in params)
+
+
+@pytest.mark.parametrize("kv_heads", [2, 4])
+def test_activation_formula_matches_what_autograd_saves_per_token_and_layer(kv_heads):
+    # The per-layer cost is the difference between a 2-layer and a 1-layer model on the same
+    # packed micro-batch (3 prompts of 40 tokens, each with 4 completions of 10).
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlvr.training.memory import activation_elements, model_shape
+    from rlvr.training.packing import packed_micro_batches
+
+    def config(layers):
+        return LlamaConfig(
+            vocab_size=96,
+            hidden_size=64,
+            intermediate_size=176,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=kv_heads,
+            head_dim=16,
+        )
+
+    torch.manual_seed(0)
+    prompts = [p for p in (torch.randint(3, 90, (40,)) for _ in range(3)) for _ in range(4)]
+    completions = [torch.randint(3, 90, (10,)) for _ in range(12)]
+    (packed,) = packed_micro_batches(
+        prompts, completions, range(12), token_budget=4096, max_rows=64, share_prompts=True
+    )
+    one, two = (_saved_bytes(LlamaForCausalLM(config(n)), packed) for n in (1, 2))
+    per_layer = (two - one) / packed.input_ids.numel() / 4  # fp32 elements per token
+    predicted = activation_elements(model_shape(config(1)))
+    assert abs(predicted - per_layer) / per_layer < 0.05, (predicted, per_layer)
+
+
+def test_estimate_takes_the_widest_phase_and_bounds_the_prefill(capsys):
+    from rlvr.config import load_config
+    from rlvr.training.memory import ModelShape, estimate, plan_of
+
+    shape = ModelShape(
+        num_parameters=10**8,
+        trainable_parameters=10**8,
+        num_layers=10,
+        hidden_size=512,
+        num_kv_heads=2,
+        head_dim=64,
+        vocab_size=32000,
+        num_heads=8,
+        intermediate_size=1536,
+    )
+    cfg = load_config(
+        None, ["rollout.prompts_per_step=8", "rollout.max_new_tokens=100", "eval.size=0"]
+    )
+    plan = plan_of(cfg, prompt_tokens=300)
+    assert plan.decoded_rows == 64  # rollout.max_batch_size=0: the rows of one step
+    parts = estimate(
+        shape, plan, precision="fp32", kl_coef=0.0, lora=False, gradient_checkpointing=False
+    )
+    kv_token = 2 * 10 * 2 * 64 * 4
+    assert parts["kv_cache"] == kv_token * 448 * 64  # 300 + 100 rounded up to 64s, 64 rows
+    # 8 prompts (64 rows of G = 8) are prefilled at once: 13 would fit in the 4096-token budget
+    transient = 2 * 512 + 2 * 512 + 2 * 128 + 3 * 1536
+    assert parts["prefill"] == 8 * 300 * (kv_token + transient * 4)
+    resident = sum(parts[k] for k in ("runtime", "weights", "optimizer", "reference", "replica"))
+    phases = [parts[f"phase_{p}"] for p in ("generation", "evaluation", "update")]
+    assert parts["total"] == resident + max(phases)
+    assert parts["phase_update"] == sum(
+        parts[k] for k in ("gradients", "compute_copy", "activations", "logits")
+    )
+    small = plan_of(load_config(None, ["rollout.max_prefill_tokens=600"]), prompt_tokens=300)
+    capped = estimate(
+        shape, small, precision="fp32", kl_coef=0.0, lora=False, gradient_checkpointing=False
+    )
+    assert capped["prefill"] == 2 * 300 * (kv_token + transient * 4)
+
+
+def test_estimate_measures_the_tasks_prompts_with_the_models_tokenizer(capsys):
+    assert main(["estimate", "data.fewshot=2"]) == 0
+    out = capsys.readouterr().out
+    assert "prompt tokens: the longest of 200 held-out prompts" in out
+    longer = int(out.split("of up to ")[1].split("+")[0])
+    assert main(["estimate"]) == 0
+    plain = int(capsys.readouterr().out.split("of up to ")[1].split("+")[0])
+    assert longer > 2 * plain  # two worked examples before every prompt

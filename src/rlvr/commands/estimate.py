@@ -3,8 +3,9 @@
     rlvr estimate [--config FILE.yaml] [key=value ...] [--precision auto|fp32|bf16-mixed|bf16]
                   [--world-size W] [--fsdp] [--prompt-tokens P]
 
-Reads only the model's config.json (parameter counts come from building the model on the meta
-device), so a 70B model can be planned on a laptop. Formulas: rlvr.training.memory.
+Reads the model's config.json (parameter counts come from building the model on the meta
+device), so a 70B model can be planned on a laptop, and its tokenizer when there is one, to
+measure the task's prompts. Formulas: rlvr.training.memory.
 """
 
 from __future__ import annotations
@@ -36,7 +37,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--world-size", type=int, default=1, help="data-parallel ranks")
     parser.add_argument("--fsdp", action="store_true", help="shard weights/grads/optimizer")
     parser.add_argument(
-        "--prompt-tokens", type=int, default=512, help="prompt length to plan for (default 512)"
+        "--prompt-tokens",
+        type=int,
+        default=0,
+        help="prompt length to plan for (default 0: the longest of the task's held-out prompts, "
+        "encoded as the run would)",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.set_defaults(func=run)
@@ -48,12 +53,18 @@ def run(args: argparse.Namespace) -> int:
 
     from rlvr.config import load_config
     from rlvr.models.loading import resolve_model_path
-    from rlvr.training.memory import estimate, format_report, model_shape, resolve_precision
+    from rlvr.training.memory import (
+        estimate,
+        format_report,
+        model_shape,
+        plan_of,
+        resolve_precision,
+    )
 
     if args.world_size < 1:
         raise UserError(f"--world-size: must be >= 1, got {args.world_size}")
-    if args.prompt_tokens < 1:
-        raise UserError(f"--prompt-tokens: must be >= 1, got {args.prompt_tokens}")
+    if args.prompt_tokens < 0:
+        raise UserError(f"--prompt-tokens: must be >= 0, got {args.prompt_tokens}")
     cfg = load_config(args.config, args.overrides)
     path = resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
     extra = {"gguf_file": cfg.model.gguf_file} if cfg.model.gguf_file else {}
@@ -72,27 +83,73 @@ def run(args: argparse.Namespace) -> int:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     precision = resolve_precision(args.precision, cfg.model, device)
-    # Data parallel: each rank generates and trains on its share of the step's rows.
-    rows = -(-cfg.rollout.prompts_per_step * cfg.rollout.group_size // args.world_size)
+    prompt_tokens, source = args.prompt_tokens, "--prompt-tokens"
+    if not prompt_tokens:
+        prompt_tokens, source = task_prompt_tokens(cfg)
+    plan = plan_of(cfg, prompt_tokens, args.world_size, args.fsdp, device)
     parts = estimate(
         shape,
+        plan,
         precision=precision,
         kl_coef=cfg.algorithm.kl_coef,
         lora=cfg.model.lora_rank > 0,
-        rows_decoded=min(cfg.rollout.max_batch_size, rows),
-        prompt_tokens=args.prompt_tokens,
-        max_new_tokens=cfg.rollout.max_new_tokens,
-        micro_batch_rows=min(cfg.training.micro_batch_size, rows),
         gradient_checkpointing=cfg.model.gradient_checkpointing,
         world_size=args.world_size,
         fsdp=args.fsdp,
     )
-    note = f"(per device; {args.world_size} rank(s){', FSDP' if args.fsdp else ''}; " + (
-        f"{rows} rollout rows per rank of up to {args.prompt_tokens}+"
-        f"{cfg.rollout.max_new_tokens} tokens)"
+    note = (
+        f"(per device; {args.world_size} rank(s){', FSDP' if args.fsdp else ''}; "
+        f"{plan.prompts * plan.group_size} rollout rows per rank, {plan.decoded_rows} decoded "
+        f"together, of up to {prompt_tokens}+{cfg.rollout.max_new_tokens} tokens; prompt "
+        f"tokens: {source})"
     )
     print(format_report(shape, parts, precision, note))
     return 0
+
+
+FALLBACK_PROMPT_TOKENS = 512
+
+
+def task_prompt_tokens(cfg: Any, count: int = 200) -> tuple[int, str]:
+    """The longest of up to `count` held-out prompts of the config's task as the policy would
+    encode them (the tokenizer, chat template, system prompt, declared tools, few-shot
+    examples), and where the figure comes from; FALLBACK_PROMPT_TOKENS when the model
+    directory has no tokenizer (a config.json alone, to plan a model not downloaded)."""
+    from rlvr.data.registry import build_task
+    from rlvr.models.loading import encode_prompt, load_tokenizer, uses_chat_template
+    from rlvr.training.policy import declared_tools
+
+    m = cfg.model
+    try:
+        tokenizer = load_tokenizer(m.name_or_path, m.trust_remote_code, m.gguf_file)
+    except (OSError, ValueError, TypeError, ModelLoadError):
+        return FALLBACK_PROMPT_TOKENS, f"{FALLBACK_PROMPT_TOKENS}, no tokenizer to measure"
+    task = build_task(cfg.data)
+    size = min(count, cfg.eval.size or count)
+    if hasattr(task, "eval"):  # a dataset holds out what it holds out
+        size = min(size, len(task.eval))
+    try:
+        samples = task.heldout(size) if size else []
+    except (ValueError, UserError):  # a generator with too few distinct held-out problems
+        samples = []
+    if not samples:
+        return FALLBACK_PROMPT_TOKENS, f"{FALLBACK_PROMPT_TOKENS}, no held-out prompts"
+    chat = uses_chat_template(tokenizer, m.chat_template)
+    tools = declared_tools(cfg.environment)
+    lengths = [
+        len(
+            encode_prompt(
+                tokenizer,
+                s["prompt"],
+                chat=chat,
+                system_prompt=s.get("system") or cfg.data.system_prompt,
+                tools=tools,
+                shots=s.get("shots"),
+            )
+        )
+        for s in samples
+    ]
+    return max(lengths), f"the longest of {len(lengths)} held-out prompts"
 
 
 def main(argv: list[str] | None = None) -> int:

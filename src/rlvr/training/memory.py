@@ -1,45 +1,74 @@
 """Memory arithmetic of a run: what `rlvr estimate CONFIG` prints.
 
-Per device, for a policy of N parameters (T of them trainable) in a run's configuration:
+A run's memory is what stays resident plus the largest of three phases, each of which frees
+what it allocated before the next begins (the fast engine's K/V buffers and weight copies are
+released after every training rollout, the gradients after every optimizer step):
 
-  weights         N * b_w            b_w: 4 (fp32 weights, also under bf16-mixed, where the
-                                     fp32 master copy is what is stored) or 2 (pure bf16/fp16);
-                                     LoRA: a frozen base of (N - T) * b_w, with b_w = 2 under
-                                     bf16-mixed too, and T * 4 of adapters (peft keeps them in
-                                     fp32 over a 16-bit base)
-  gradients       T * b_t            b_t: the trained weights' bytes (b_w; LoRA: 4)
-  optimizer       T * 2 * b_t        AdamW's two moments follow the trained weights' dtype
-  compute copy    T' * 2 (/ L)       bf16-mixed only (T' = N, LoRA: T): the bf16 casts of the
-                                     fp32 weights autocast
-                                     makes in the gradient pass, saved for its backward (whole
-                                     weights even under FSDP: autocast casts gathered ones);
-                                     one layer's (N * 2 / L) with gradient checkpointing
-  reference       N * b_w            only when algorithm.kl_coef > 0 and without LoRA (LoRA's
-                                     reference is the adapter-disabled policy: no copy)
-  KV cache        2 * L * H_kv * d_head * (P + C) * R * b_w
-                                     R = rows decoded together (min(max_batch_size, prompts x G)),
-                                     P = prompt tokens, C = rollout.max_new_tokens; the engines
-                                     decode in the weights' dtype (fp32 under bf16-mixed)
-  activations     per micro-batch of S tokens: S * h * L * 34 * b_a / 2 without checkpointing
-                  (the per-layer term of Korthikanti et al. 2022, 34 bytes/token/hidden in 16-bit,
-                  attention scores excluded as with fused SDPA kernels), S * h * L * b_a with
-                  gradient checkpointing (one hidden state per layer kept), plus the logits
-                  S * V * 4 (fp32 log-softmax of the completion positions); b_a = 2 under
-                  bf16-mixed and pure 16-bit, 4 in fp32
+    total = runtime + weights + optimizer + reference + replica
+            + max(generation, evaluation, update)
+
+Per device, for a policy of N parameters (T of them trainable), L layers of hidden size h,
+query width q (heads x head_dim), K/V width k (kv_heads x head_dim), MLP width f, vocabulary V;
+a run of P prompt tokens (the longest held-out prompt as the policy encodes it), C new tokens,
+G completions per prompt, R rows decoded together (rollout.max_batch_size, by default the rows
+of one step):
+
+  runtime         512 MiB           the process before any model (Python, torch, transformers:
+                                    the embedded default run, whose model is 2.5 MB, peaks at
+                                    520 MiB); on a GPU read it as the CUDA context
+  weights         N * b_w           b_w: 4 (fp32, and bf16-mixed: the fp32 masters) or 2 (pure
+                                    bf16/fp16); LoRA: a frozen base of (N - T) * b_w, b_w = 2
+                                    under bf16-mixed too, and T * 4 of fp32 adapters
+  optimizer       T * 2 * b_t       AdamW's two moments in the trained weights' dtype b_t
+                                    (b_w; LoRA: 4)
+  reference       N * b_w           only with algorithm.kl_coef > 0 and without LoRA (LoRA's
+                                    reference is the adapter-disabled policy: no copy)
+  replica         N * b_w           a whole copy the engine generates from, under off-policy
+                                    generation (rollout.off_policy_steps=1) and FSDP
+
+  generation (and evaluation, with eval's length and samples): the engine's own memory
+  kv_cache        2 * L * k * ceil64(P + C) * R * b_w
+                                    the fast engine's slot buffers (length rounded up to 64);
+                                    vllm: rollout.vllm_kv_cache_gb
+  prefill         T_p * (2 * L * k + 2h + 2q + 2k + 3f) * b_w
+                                    one prefill's compact K/V and one layer's activations,
+                                    T_p = P x (prompts per prefill: R / samples per prompt,
+                                    at most rollout.max_prefill_tokens / P); hf: R * P
+  weight_copies   L * h * (q + 2k + 2f) * b_w
+                                    the fast engine's fused q/k/v and gate/up; on a CPU with
+                                    h >= 512 in fp32 also oneDNN-packed o/down and head
+                                    (L * h * (q + f) + V * h); vllm: its own N * b_w
+
+  update: the largest micro-batch's forward and backward
+  gradients       T * b_t
+  compute_copy    T' * 2 (/ L)      bf16-mixed only (T' = N, LoRA: T): autocast's bf16 casts
+                                    of the fp32 weights saved for the backward; one layer's
+                                    with gradient checkpointing
+  activations     S * L * (6h + 4q + 4f) * b_a + S * 3h * 4 (+ attention)
+                                    S = packed tokens of the largest micro-batch: whole
+                                    sequences of a prompt with its G completions (P + G * C,
+                                    shared prompts; fewer completions when that exceeds
+                                    training.token_budget), as many as the budget holds (at
+                                    least one); 6h + 4q + 4f elements per token and layer is what
+                                    autograd keeps (measured, `activation_elements`); b_a = 4
+                                    in fp32, 2 under bf16; h * b_a per token and layer with
+                                    gradient checkpointing; attention: the dense mask's
+                                    S * W * 8 bytes up to width 384, else the mask-free path's
+                                    per-row copies of a shared prompt's keys
+  logits          16 MiB            the fused log-prob head's vocabulary blocks; the padded
+                                    path (token_budget=0): rows * (P + C) * V * 8
 
 With FSDP over W ranks, weights, gradients and optimizer state are divided by W.
 
-So full fine-tuning with Adam costs 16 bytes per trainable parameter both in fp32 and in
-bf16-mixed (fp32 master weights + bf16 compute: 4 + 4 + 8, plus the transient 2-byte compute
-copy), and 8 in pure bf16 (2 + 2 + 4): a 7B model in bf16-mixed needs 112 GB for weights,
-gradients and optimizer alone.
+Full fine-tuning with AdamW costs 16 bytes per trainable parameter in fp32 and in bf16-mixed
+(weights 4 + gradients 4 + moments 8, plus the transient 2-byte compute copy), 8 in pure
+bf16: a 7B model in bf16-mixed needs 108 GB for them alone.
 
 Decision: the estimate is what rlvr itself would allocate for the configuration (precision
-"auto" = model.precision as `rlvr train` resolves it: bf16-mixed on CUDA, fp32 on CPU, pure
-16-bit for an explicit model.dtype), with `--precision` to plan other layouts; activations are
-an order-of-magnitude guide, the rest is exact
-arithmetic from the model config (parameter counts come from building the model on the meta
-device, so no weights are read or downloaded).
+"auto" = model.precision as `rlvr train` resolves it: bf16-mixed on CUDA, fp32 on a CPU),
+planned for the worst step (every completion at C tokens, every group with a signal), with
+`--precision` to plan other layouts. Parameter counts come from building the model on the meta
+device, so no weights are read or downloaded. benchmarks/memory.py measures it against runs.
 """
 
 from __future__ import annotations
@@ -61,6 +90,48 @@ class ModelShape:
     num_kv_heads: int
     head_dim: int
     vocab_size: int
+    num_heads: int = 1
+    intermediate_size: int = 0  # 0: 4 x hidden
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def ffn(self) -> int:
+        return self.intermediate_size or 4 * self.hidden_size
+
+    @property
+    def linear_weights(self) -> int:
+        """Elements of the decoder layers' projections (q, k, v, o, gate, up, down)."""
+        h = self.hidden_size
+        return self.num_layers * h * (2 * self.q_dim + 2 * self.kv_dim + 3 * self.ffn)
+
+
+@dataclass
+class RunPlan:
+    """What a run does, per rank, in the terms the memory model needs (`plan_of(cfg)`)."""
+
+    prompt_tokens: int  # P: the longest prompt planned for
+    max_new_tokens: int  # C: rollout.max_new_tokens
+    prompts: int  # prompts per step per rank
+    group_size: int  # G
+    decoded_rows: int  # rows the engine decodes together (rollout.max_batch_size or auto)
+    engine: str = "fast"
+    max_prefill_tokens: int = 4096
+    token_budget: int = 2048  # 0: padded micro-batches of micro_batch_rows rows
+    micro_batch_rows: int = 64
+    packed_attention: str = "auto"
+    share_prompts: bool = True
+    eval_new_tokens: int = 0  # 0: no evaluation; else its completion limit
+    eval_samples: int = 1  # completions per held-out prompt in the widest evaluation pass
+    replica: bool = False  # a whole copy of the weights for generation (off-policy, FSDP)
+    vllm_kv_bytes: float = 0.0  # vllm: its KV cache (CPU: rollout.vllm_kv_cache_gb)
+    device: str = "cpu"  # "cpu" or "cuda"
 
 
 def lora_trainable(config: Any, rank: int, targets: list[str]) -> int:
@@ -103,24 +174,41 @@ def model_shape(config: Any, lora_rank: int = 0, lora_targets: list[str] | None 
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         vocab_size=config.vocab_size,
+        num_heads=heads,
+        intermediate_size=getattr(config, "intermediate_size", None)
+        or getattr(config, "n_inner", None)
+        or 4 * hidden,
     )
+
+
+RUNTIME_BYTES = 512 * 2**20  # the process before any model: measured, docs/memory.md
+KV_LENGTH_QUANTUM = 64  # the fast engine rounds its cache length up to this
+DENSE_ATTENTION_MAX_WIDTH = 384  # packed_attention=auto: dense mask up to this width
+
+
+def activation_elements(shape: ModelShape) -> int:
+    """Elements autograd keeps per token and decoder layer in the packed update of a
+    Llama-family layer: 6h + 4q + 4f (h hidden, q = heads x head_dim, f the MLP width).
+    Fitted to the saved-tensor bytes of the update's forward (saved_tensors_hooks, unique
+    storages) on SmolLM2-135M's, Qwen2.5-0.5B's and the embedded model's layer shapes, where
+    it is within 0.5% of each (tests/training/test_memory.py measures it again)."""
+    return 6 * shape.hidden_size + 4 * shape.q_dim + 4 * shape.ffn
 
 
 def estimate(
     shape: ModelShape,
+    plan: RunPlan,
     *,
     precision: str,
     kl_coef: float,
     lora: bool,
-    rows_decoded: int,
-    prompt_tokens: int,
-    max_new_tokens: int,
-    micro_batch_rows: int,
     gradient_checkpointing: bool,
     world_size: int = 1,
     fsdp: bool = False,
 ) -> dict[str, float]:
-    """Bytes per device of each part (see the module docstring for every formula)."""
+    """Bytes per device of each part, of each phase ("phase_generation", "phase_evaluation",
+    "phase_update"), "total" and "peak_phase" (the index of the widest phase in PHASES); the
+    module docstring has every formula."""
     if precision not in LAYOUTS:
         raise ValueError(f"precision must be one of {', '.join(LAYOUTS)}, got {precision!r}")
     pure16 = precision in ("bf16", "fp16")
@@ -132,33 +220,116 @@ def estimate(
     shard = world_size if fsdp else 1
     n, t = shape.num_parameters, shape.trainable_parameters
     base = n - t if lora else n  # frozen base weights under LoRA are never sharded apart
-    seq = prompt_tokens + max_new_tokens
-    tokens = micro_batch_rows * seq
-    per_layer_act = 34 * b_a / 2 if not gradient_checkpointing else b_a
     parts = {
+        "runtime": float(RUNTIME_BYTES),
         "weights": (base * b_w + (t * b_t if lora else 0)) / shard,
-        "gradients": t * b_t / shard,
         "optimizer": t * moments / shard,
+        "reference": (n * b_w / shard) if (kl_coef > 0 and not lora) else 0.0,
+        "replica": n * b_w if plan.replica else 0.0,
+    }
+    generation = _generation(shape, plan, plan.max_new_tokens, plan.group_size, b_w)
+    evaluation = (
+        _generation(shape, plan, plan.eval_new_tokens, plan.eval_samples, b_w)
+        if plan.eval_new_tokens
+        else {"kv_cache": 0.0, "prefill": 0.0, "weight_copies": 0.0}
+    )
+    update = {
+        "gradients": t * b_t / shard,
         "compute_copy": (
             (t if lora else n) * 2.0 / (shape.num_layers if gradient_checkpointing else 1)
             if precision == "bf16-mixed"
             else 0.0
         ),
-        "reference": (n * b_w / shard) if (kl_coef > 0 and not lora) else 0.0,
-        "kv_cache": 2.0
-        * shape.num_layers
-        * shape.num_kv_heads
-        * shape.head_dim
-        * seq
-        * rows_decoded
-        * b_w,
-        "activations": tokens * shape.hidden_size * shape.num_layers * per_layer_act,
-        "logits": micro_batch_rows * max_new_tokens * shape.vocab_size * 4.0,
+        **_update(shape, plan, b_a, gradient_checkpointing),
     }
-    parts["total"] = sum(parts.values())
+    phases = {
+        "generation": sum(generation.values()),
+        "evaluation": sum(evaluation.values()),
+        "update": sum(update.values()),
+    }
+    widest = max(phases, key=phases.__getitem__)
+    for key, value in generation.items():
+        parts[key] = max(value, evaluation[key])
+    parts.update(update)
+    parts.update({f"phase_{k}": v for k, v in phases.items()})
+    resident = sum(parts[k] for k in ("runtime", "weights", "optimizer", "reference", "replica"))
+    parts["total"] = resident + phases[widest]
+    parts["peak_phase"] = float(list(phases).index(widest))
     # weight + gradient + moments of one trainable parameter, before sharding
     parts["bytes_per_trainable_parameter"] = float(2 * b_t + moments)
     return parts
+
+
+def _generation(
+    shape: ModelShape, plan: RunPlan, new_tokens: int, samples: int, b_w: int
+) -> dict[str, float]:
+    """The engine's memory while it decodes: K/V of the rows decoded together, one prefill's
+    activations and compact K/V, and the fast engine's fused/packed weight copies."""
+    kv_token = 2.0 * shape.num_layers * shape.kv_dim * b_w
+    length = plan.prompt_tokens + new_tokens
+    if plan.engine == "vllm":
+        return {
+            "kv_cache": plan.vllm_kv_bytes,
+            "prefill": 0.0,
+            "weight_copies": shape.num_parameters * b_w,
+        }
+    if plan.engine == "fast":
+        length = -(-length // KV_LENGTH_QUANTUM) * KV_LENGTH_QUANTUM
+        prompts = max(1, -(-plan.decoded_rows // samples))
+        fits = max(1, plan.max_prefill_tokens // plan.prompt_tokens)
+        prefill_tokens = min(prompts, fits) * plan.prompt_tokens
+        h = shape.hidden_size
+        copies = shape.num_layers * h * (shape.q_dim + 2 * shape.kv_dim + 2 * shape.ffn)
+        if h >= 512 and b_w == 4 and plan.device == "cpu":
+            # oneDNN-packed copies of o/down and the head too (fast_engine.PACK_MIN_HIDDEN)
+            copies += shape.num_layers * h * (shape.q_dim + shape.ffn) + shape.vocab_size * h
+    else:  # hf: each row prefilled on its own, no kept copies
+        prefill_tokens = plan.decoded_rows * plan.prompt_tokens
+        copies = 0
+    transient = 2 * shape.hidden_size + 2 * shape.q_dim + 2 * shape.kv_dim + 3 * shape.ffn
+    return {
+        "kv_cache": kv_token * length * plan.decoded_rows,
+        "prefill": prefill_tokens * (kv_token + transient * b_w),
+        "weight_copies": float(copies * b_w),
+    }
+
+
+def _update(
+    shape: ModelShape, plan: RunPlan, b_a: int, gradient_checkpointing: bool
+) -> dict[str, float]:
+    """Activations of the largest micro-batch of the update and its vocabulary temporaries."""
+    p, c, g = plan.prompt_tokens, plan.max_new_tokens, plan.group_size
+    layers, h = shape.num_layers, shape.hidden_size
+    per_layer = b_a * (h if gradient_checkpointing else activation_elements(shape))
+    if plan.token_budget:
+        # A sequence is a prompt with as many of its completions as fit the budget (all G
+        # when they do; shared prompts), or one row; a micro-batch holds whole sequences.
+        rows = g if plan.share_prompts else 1
+        if plan.share_prompts and p + g * c > plan.token_budget:
+            rows = max(1, min(g, (plan.token_budget - p) // c))
+        unit = p + rows * c if plan.share_prompts else p + c
+        units = max(1, plan.token_budget // unit)
+        units = min(units, plan.prompts * g // rows, max(1, plan.micro_batch_rows // rows))
+        tokens, width = units * unit, unit
+        extra = 0.0
+        dense = plan.packed_attention == "dense" or (
+            plan.packed_attention == "auto" and width <= DENSE_ATTENTION_MAX_WIDTH
+        )
+        if dense:  # the [S, 1, W, W] additive mask and its boolean temporaries
+            extra = tokens * width * 4.0 * 2
+        elif plan.share_prompts and not gradient_checkpointing:
+            # mask-free attention gathers a shared prompt's keys for each of its rows
+            extra = units * rows * p * layers * b_a * (1.6 * shape.q_dim + 2.1 * shape.kv_dim)
+        return {
+            "activations": tokens * layers * per_layer + tokens * 3 * h * 4 + extra,
+            "logits": 2.0 * 2**21 * 4,  # the fused head's vocabulary blocks (logprobs.py)
+        }
+    rows = min(plan.micro_batch_rows, plan.prompts * g)
+    tokens = rows * (p + c)
+    return {
+        "activations": tokens * layers * per_layer + rows * (p + c) ** 2 * 4.0,
+        "logits": tokens * shape.vocab_size * 4.0 * 2,  # the model's own head: [B, T, V] fp32
+    }
 
 
 def resolve_precision(precision: str, model: Any, device: str) -> str:
@@ -181,24 +352,58 @@ def _bytes(b: float) -> str:
     return f"{b / GIB:.2f} GiB" if b >= GIB else f"{b / 2**20:.1f} MiB"
 
 
+def plan_of(
+    cfg: Any, prompt_tokens: int, world_size: int = 1, fsdp: bool = False, device: str = "cpu"
+) -> RunPlan:
+    """The RunPlan of a Config on one of `world_size` data-parallel ranks on `device`."""
+    from rlvr.rollout.engines import decoded_rows
+
+    r, t, e = cfg.rollout, cfg.training, cfg.eval
+    prompts = -(-r.prompts_per_step // world_size)
+    evaluates = e.size > 0 and (e.before or e.after or e.every > 0)
+    return RunPlan(
+        prompt_tokens=prompt_tokens,
+        max_new_tokens=r.max_new_tokens,
+        prompts=prompts,
+        group_size=r.group_size,
+        decoded_rows=min(decoded_rows(r), prompts * r.group_size),
+        engine=r.engine,
+        max_prefill_tokens=r.max_prefill_tokens,
+        token_budget=t.token_budget,
+        micro_batch_rows=t.micro_batch_size,
+        packed_attention=t.packed_attention,
+        share_prompts=t.share_prompts,
+        eval_new_tokens=(e.max_new_tokens or r.max_new_tokens) if evaluates else 0,
+        eval_samples=max(1, e.t1_samples, e.k),
+        replica=r.off_policy_steps > 0 or (fsdp and world_size > 1),
+        vllm_kv_bytes=r.vllm_kv_cache_gb * GIB if r.engine == "vllm" else 0.0,
+        device=device,
+    )
+
+
+PHASES = ("generation", "evaluation", "update")
+RESIDENT = ("runtime", "weights", "optimizer", "reference", "replica")
+PHASE_PARTS = {
+    "generation": ("kv_cache", "prefill", "weight_copies"),
+    "update": ("gradients", "compute_copy", "activations", "logits"),
+}
+
+
 def format_report(shape: ModelShape, parts: dict[str, float], precision: str, note: str) -> str:
+    """The table `rlvr estimate` prints: what stays resident, then each phase's own memory
+    (generation and evaluation share the engine's parts, shown at the larger of the two), the
+    peak and the phase it falls in."""
     rows = [
         ("parameters", _count(shape.num_parameters)),
         ("trainable", _count(shape.trainable_parameters)),
         ("precision", precision),
     ]
-    for key in (
-        "weights",
-        "gradients",
-        "optimizer",
-        "compute_copy",
-        "reference",
-        "kv_cache",
-        "activations",
-        "logits",
-        "total",
-    ):
-        rows.append((key, _bytes(parts[key])))
+    rows += [(key, _bytes(parts[key])) for key in RESIDENT]
+    for phase in PHASES:
+        rows.append((f"{phase} phase", _bytes(parts[f"phase_{phase}"])))
+        rows += [(key, _bytes(parts[key])) for key in PHASE_PARTS.get(phase, ())]
+    peak = PHASES[int(parts["peak_phase"])]
+    rows.append(("total", f"{_bytes(parts['total'])} (peak in the {peak} phase)"))
     rows.append(("bytes/trainable param", f"{parts['bytes_per_trainable_parameter']:.1f}"))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
