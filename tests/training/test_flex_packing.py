@@ -235,6 +235,43 @@ def test_auto_falls_back_to_the_dense_mask_when_segments_cannot_model_the_attent
         _forward("segments").check(model, tokens)
 
 
+def test_the_run_start_check_runs_on_a_bounded_cut_of_long_rows(char_tokenizer, monkeypatch):
+    """A whole 8k-token row through the check's dense pass grew a run by 4 GiB: the check runs on
+    at most CHECK_TOKENS prompt and completion tokens, whatever the rows' lengths, and still
+    catches a mismatch of the two paths on them."""
+    from rlvr.training import forward as forward_module
+
+    model = build_tiny_llama(char_tokenizer)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, len(char_tokenizer), (300,), generator=g)] * 2
+    completions = [torch.randint(3, len(char_tokenizer), (n,), generator=g) for n in (500, 7)]
+    tokens = make_token_batch(prompts, completions, 0)
+    widths = []
+
+    def recording(real):
+        def run(model, x, *args, **kwargs):
+            widths.append(int(getattr(x, "input_ids", x).numel()))
+            return real(model, x, *args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(
+        forward_module, "check_output_head", recording(forward_module.check_output_head)
+    )
+    monkeypatch.setattr(
+        forward_module,
+        "packed_completion_logprobs",
+        recording(forward_module.packed_completion_logprobs),
+    )
+    forward = _forward("segments")
+    forward.check(model, tokens)
+    cut = forward_module.CHECK_TOKENS
+    assert widths[0] == 2 * cut  # the output-head check: one cut row
+    # dense and segments on [shared prompt | 2 completions] + the row alone, padded
+    assert len(widths) == 3 and max(widths[1:]) <= 2 * (3 * cut)
+    assert forward.attention == "segments"
+
+
 # -- FlexAttention: the same layout as a BlockMask ---------------------------------------------
 
 

@@ -41,6 +41,20 @@ from rlvr.training.segment_attention import attention_method, flex_unavailable
 Unit = TokenBatch | PackedRows
 
 
+CHECK_TOKENS = 64
+"""`PackedForward.check` runs on at most this many prompt and this many completion tokens of a
+row. Enough to compare the two attention paths on a shared prompt and separate segments, while
+the check's dense mask ([W, W] for W ~ 3 rows) and full logits stay small: run on a whole row
+of an 8,192-token completion, the check alone grew the process by 4 GiB (a 4-layer model) and
+set the run's peak."""
+
+
+def check_sample(prompt: torch.Tensor, completion: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The tokens the run-start check runs on: the prompt's last and the completion's first
+    CHECK_TOKENS tokens (the tokens around the boundary the packed layout is built on)."""
+    return prompt[-CHECK_TOKENS:], completion[:CHECK_TOKENS]
+
+
 class PaddedForward:
     """Micro-batches of `micro_batch_size` padded rows."""
 
@@ -129,7 +143,7 @@ class PackedForward:
         if self.checked:
             return
         prompts, completions = tokens.unpadded()
-        ids = torch.cat([prompts[0], completions[0]])[None]
+        ids = torch.cat(check_sample(prompts[0], completions[0]))[None]
         was_training = model.training
         model.eval()  # no dropout: the two forwards must see the same network
         error = check_output_head(model, ids)
@@ -157,8 +171,8 @@ class PackedForward:
     def _attention_mismatch(self, model: Any, tokens: TokenBatch) -> str | None:
         """Why the mask-free attention cannot stand in for the dense mask on this model, or
         None: it must give the dense mask's log-probs on a small layout of the step's row with the
-        longest completion (a shared-prompt unit of two completions, then the row alone) and run
-        where it will."""
+        longest completion (a shared-prompt unit of two completions, then the row alone, each
+        cut to `check_sample`) and run where it will."""
         method = "segments" if self.attention == "auto" else self.attention
         if method == "flex":
             reason = flex_unavailable(next(model.parameters()).device)
@@ -166,7 +180,7 @@ class PackedForward:
                 return reason
         prompts, completions = tokens.unpadded()
         i = max(range(len(completions)), key=lambda r: completions[r].numel())
-        p, c = prompts[i], completions[i]
+        p, c = check_sample(prompts[i], completions[i])
         if c.numel() == 0:
             return None
         packed = pack_rows([p, p, p], [c, c.flip(0), c], [[(0, 1), 2]], self.pad_id)
