@@ -116,8 +116,8 @@ def task_prompt_tokens(cfg: Any, count: int = 200) -> tuple[int, str]:
     examples), and where the figure comes from; FALLBACK_PROMPT_TOKENS when the model
     directory has no tokenizer (a config.json alone, to plan a model not downloaded)."""
     from rlvr.data.registry import build_task
-    from rlvr.models.loading import encode_prompt, load_tokenizer, uses_chat_template
-    from rlvr.training.policy import declared_tools
+    from rlvr.models.loading import load_tokenizer
+    from rlvr.training.policy import prompt_encoder
 
     m = cfg.model
     try:
@@ -134,21 +134,8 @@ def task_prompt_tokens(cfg: Any, count: int = 200) -> tuple[int, str]:
         samples = []
     if not samples:
         return FALLBACK_PROMPT_TOKENS, f"{FALLBACK_PROMPT_TOKENS}, no held-out prompts"
-    chat = uses_chat_template(tokenizer, m.chat_template)
-    tools = declared_tools(cfg.environment)
-    lengths = [
-        len(
-            encode_prompt(
-                tokenizer,
-                s["prompt"],
-                chat=chat,
-                system_prompt=s.get("system") or cfg.data.system_prompt,
-                tools=tools,
-                shots=s.get("shots"),
-            )
-        )
-        for s in samples
-    ]
+    encode = prompt_encoder(cfg, tokenizer)
+    lengths = [len(encode(s)) for s in samples]
     return max(lengths), f"the longest of {len(lengths)} held-out prompts"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,29 @@ def uses_chat_template(tokenizer: Any, mode: str) -> bool:
     if mode == "always" and not has:
         raise ModelLoadError("model.chat_template: 'always' but the tokenizer has no chat template")
     return has if mode == "auto" else mode == "always"
+
+
+@dataclass(frozen=True)
+class PromptEncoder:
+    """A task sample's prompt as the token ids a run sends to the model: `encode_prompt` with the
+    sample's own system message (else the run's `system_prompt`), its few-shot examples and
+    the tools declared to the chat template. One object, so the trainer, evaluation, rejection
+    sampling and `rlvr estimate` encode a sample the same way."""
+
+    tokenizer: Any
+    chat: bool
+    system_prompt: str | None = None
+    tools: list[dict] | None = None
+
+    def __call__(self, sample: Mapping[str, Any]) -> list[int]:
+        return encode_prompt(
+            self.tokenizer,
+            sample["prompt"],
+            chat=self.chat,
+            system_prompt=sample.get("system") or self.system_prompt,
+            tools=self.tools,
+            shots=sample.get("shots"),
+        )
 
 
 def encode_prompt(

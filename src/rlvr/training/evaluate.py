@@ -216,7 +216,7 @@ def evaluate_model(
     `evaluate`); the result also carries `num_parameters`. The model is released when this
     returns."""
     from rlvr.models.loading import (
-        encode_prompt,
+        PromptEncoder,
         load_model,
         load_tokenizer,
         resolve_device,
@@ -231,16 +231,8 @@ def evaluate_model(
     )
     model = load_model(model_cfg, device, resolve_dtype(model_cfg.dtype, device), train=False)
     chat = uses_chat_template(tokenizer, model_cfg.chat_template)
-    prompts = [
-        encode_prompt(
-            tokenizer,
-            s["prompt"],
-            chat=chat,
-            system_prompt=s.get("system") or system_prompt,
-            shots=s.get("shots"),
-        )
-        for s in samples
-    ]
+    encode = PromptEncoder(tokenizer, chat, system_prompt)
+    prompts = [encode(s) for s in samples]
     metrics = evaluate(
         build_engine(engine, model, tokenizer),
         samples,

@@ -15,7 +15,7 @@ compute_dtype  bf16 under model.precision=bf16-mixed: the learner's passes run u
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,7 @@ from rlvr.distributed.world import World
 from rlvr.environments import PYTHON_TOOL_SCHEMA
 from rlvr.errors import ConfigError
 from rlvr.models.loading import (
-    encode_prompt,
+    PromptEncoder,
     load_model,
     load_tokenizer,
     resolve_precision,
@@ -43,15 +43,13 @@ from rlvr.rollout.multi_turn import with_environment
 class Policy:
     model: torch.nn.Module
     tokenizer: Any
-    chat: bool
+    encode: PromptEncoder  # a task sample -> the prompt's token ids
     ref_model: torch.nn.Module | None
     use_reference: bool
     rollout_model: torch.nn.Module
     fsdp_root: Any
     world: World
     device: torch.device
-    system_prompt: str | None = None
-    tools: list[dict] | None = None  # declared to the chat template (the hermes tool format)
     compute_dtype: torch.dtype | None = None
 
     @property
@@ -62,17 +60,6 @@ class Policy:
     def whole(self) -> torch.nn.Module:
         """A module with the whole current weights (after `sync_rollout_weights` under FSDP)."""
         return self.rollout_model if self.sharded else self.model
-
-    def encode(self, sample: Mapping[str, Any]) -> list[int]:
-        """The prompt's token ids as the model sees them (chat template when it has one)."""
-        return encode_prompt(
-            self.tokenizer,
-            sample["prompt"],
-            chat=self.chat,
-            system_prompt=sample.get("system") or self.system_prompt,
-            tools=self.tools,
-            shots=sample.get("shots"),
-        )
 
     def run(self, fn: Callable[..., Any], model: torch.nn.Module, *args: Any, **kw: Any) -> Any:
         """`fn(model, *args, **kw)`; for the sharded policy inside the FSDP root's forward, so
@@ -171,7 +158,6 @@ def build_policy(cfg: Config, world: World, device: torch.device) -> Policy:
     precision = resolve_precision(m, device)
     dtype = precision.compute if m.lora_rank and precision.compute else precision.weights
     tokenizer = load_tokenizer(m.name_or_path, m.trust_remote_code, m.gguf_file)
-    chat = uses_chat_template(tokenizer, m.chat_template)
     model = load_model(m, device, dtype, train=True)
     world.broadcast_parameters(model)
     # kl_coef = 0 needs no reference at all; with LoRA the reference is the policy's own frozen
@@ -194,16 +180,25 @@ def build_policy(cfg: Config, world: World, device: torch.device) -> Policy:
     return Policy(
         model=model,
         tokenizer=tokenizer,
-        chat=chat,
+        encode=prompt_encoder(cfg, tokenizer),
         ref_model=ref_model,
         use_reference=use_reference,
         rollout_model=rollout_model,
         fsdp_root=fsdp_root,
         world=world,
         device=device,
+        compute_dtype=precision.compute,
+    )
+
+
+def prompt_encoder(cfg: Config, tokenizer: Any) -> PromptEncoder:
+    """How the run encodes a task sample's prompt: the chat template when model.chat_template
+    says so, data.system_prompt unless the sample has its own, environment's declared tools."""
+    return PromptEncoder(
+        tokenizer,
+        chat=uses_chat_template(tokenizer, cfg.model.chat_template),
         system_prompt=cfg.data.system_prompt,
         tools=declared_tools(cfg.environment),
-        compute_dtype=precision.compute,
     )
 
 

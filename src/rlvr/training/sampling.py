@@ -228,7 +228,7 @@ def sample_and_score(
 
     from rlvr.data.registry import build_task
     from rlvr.models.loading import (
-        encode_prompt,
+        PromptEncoder,
         load_model,
         load_tokenizer,
         resolve_device,
@@ -250,12 +250,7 @@ def sample_and_score(
         cfg.model.name_or_path, cfg.model.trust_remote_code, cfg.model.gguf_file
     )
     chat = uses_chat_template(tokenizer, cfg.model.chat_template)
-
-    def encode(sample: Mapping[str, Any]) -> list[int]:
-        system = sample.get("system") or cfg.data.system_prompt
-        return encode_prompt(
-            tokenizer, sample["prompt"], chat=chat, system_prompt=system, shots=sample.get("shots")
-        )
+    encode = PromptEncoder(tokenizer, chat, cfg.data.system_prompt)
 
     if cfg.data.max_prompt_tokens and cfg.data.task == "dataset":
         from rlvr.data.datasets import filter_long_prompts
