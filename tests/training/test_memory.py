@@ -151,6 +151,53 @@ def test_activation_formula_matches_what_autograd_saves_per_token_and_layer(kv_h
     assert abs(predicted - per_layer) / per_layer < 0.05, (predicted, per_layer)
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+def test_backward_formula_matches_the_live_memory_the_backward_adds(layers):
+    # The peak of the live bytes torch's profiler records (each op's allocations and frees in
+    # order) during the backward of the packed update, with the parameters' gradients
+    # allocated beforehand: what the backward holds beyond the saved activations.
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlvr.training.memory import backward_elements, model_shape
+    from rlvr.training.packing import packed_completion_logprobs, packed_micro_batches
+
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    for parameter in model.parameters():
+        parameter.grad = torch.zeros_like(parameter)
+    prompt = torch.randint(3, 90, (8,))
+    completions = [torch.randint(3, 90, (400,)) for _ in range(2)]
+    (packed,) = packed_micro_batches(
+        [prompt, prompt], completions, [0, 1], token_budget=4096, max_rows=64, share_prompts=True
+    )
+    for attention in ("dense", "segments"):
+        logprobs, _ = packed_completion_logprobs(model, packed, attention=attention)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            logprobs.sum().backward()
+        events = sorted(
+            (e for e in prof.events() if e.self_cpu_memory_usage),
+            key=lambda e: e.time_range.start,
+        )
+        live = peak = 0
+        for event in events:
+            live += event.self_cpu_memory_usage
+            peak = max(peak, live)
+        measured = peak / packed.input_ids.numel() / 4  # fp32 elements per token
+        predicted = backward_elements(model_shape(config))
+        assert abs(predicted - measured) / measured < 0.1, (attention, predicted, measured)
+
+
 def test_estimate_takes_the_widest_phase_and_bounds_the_prefill(capsys):
     from rlvr.config import load_config
     from rlvr.training.memory import ModelShape, estimate, plan_of
@@ -183,7 +230,7 @@ def test_estimate_takes_the_widest_phase_and_bounds_the_prefill(capsys):
     phases = [parts[f"phase_{p}"] for p in ("generation", "evaluation", "update")]
     assert parts["total"] == resident + max(phases)
     assert parts["phase_update"] == sum(
-        parts[k] for k in ("gradients", "compute_copy", "activations", "logits")
+        parts[k] for k in ("gradients", "compute_copy", "activations", "backward", "logits")
     )
     small = plan_of(load_config(None, ["rollout.max_prefill_tokens=600"]), prompt_tokens=300)
     capped = estimate(

@@ -13,9 +13,10 @@ a run of P prompt tokens (the longest held-out prompt as the policy encodes it),
 G completions per prompt, R rows decoded together (rollout.max_batch_size, by default the rows
 of one step):
 
-  runtime         512 MiB           the process before any model (Python, torch, transformers:
-                                    the embedded default run, whose model is 2.5 MB, peaks at
-                                    520 MiB); on a GPU read it as the CUDA context
+  runtime         440 MiB           what a run holds besides its model (Python, torch,
+                                    transformers, the verifiers, malloc's slack): the embedded
+                                    default run peaks at 520 MiB, 82 MiB of it planned for its
+                                    2.5 MB model; on a GPU read it as the CUDA context
   weights         N * b_w           b_w: 4 (fp32, and bf16-mixed: the fp32 masters) or 2 (pure
                                     bf16/fp16); LoRA: a frozen base of (N - T) * b_w, b_w = 2
                                     under bf16-mixed too, and T * 4 of fp32 adapters
@@ -55,6 +56,12 @@ of one step):
                                     gradient checkpointing; attention: the dense mask's
                                     S * W * 8 bytes up to width 384, else the mask-free path's
                                     per-row copies of a shared prompt's keys
+  backward        S * (2f + h) * b_a (+ S * (6h + 4q + 4f) * b_a)
+                                    the backward's own tensors on top of the saved
+                                    activations and the gradients (one layer's MLP and
+                                    hidden-state gradients at a time: `backward_elements`);
+                                    with gradient checkpointing also the layer's recomputed
+                                    activations
   logits          16 MiB            the fused log-prob head's vocabulary blocks; the padded
                                     path (token_budget=0): rows * (P + C) * V * 8
 
@@ -181,7 +188,7 @@ def model_shape(config: Any, lora_rank: int = 0, lora_targets: list[str] | None 
     )
 
 
-RUNTIME_BYTES = 512 * 2**20  # the process before any model: measured, docs/memory.md
+RUNTIME_BYTES = 440 * 2**20  # a run's memory besides its model: measured, docs/memory.md
 KV_LENGTH_QUANTUM = 64  # the fast engine rounds its cache length up to this
 DENSE_ATTENTION_MAX_WIDTH = 384  # packed_attention=auto: dense mask up to this width
 
@@ -193,6 +200,16 @@ def activation_elements(shape: ModelShape) -> int:
     storages) on SmolLM2-135M's, Qwen2.5-0.5B's and the embedded model's layer shapes, where
     it is within 0.5% of each (tests/training/test_memory.py measures it again)."""
     return 6 * shape.hidden_size + 4 * shape.q_dim + 4 * shape.ffn
+
+
+def backward_elements(shape: ModelShape) -> int:
+    """Elements per token the backward of the packed update holds at its peak beyond the saved
+    activations and the parameters' gradients: 2f + h (one layer's MLP gradients and a
+    hidden-state gradient; the layers' backwards run one after another, so it does not grow
+    with depth). Measured as the peak of the live bytes torch's profiler records during the
+    backward, gradients allocated beforehand: exactly 2f + h on the embedded, SmolLM2-135M and
+    8k-benchmark layer shapes, 1 and 2 layers (tests/training/test_memory.py measures it)."""
+    return 2 * shape.ffn + shape.hidden_size
 
 
 def estimate(
@@ -301,6 +318,9 @@ def _update(
     p, c, g = plan.prompt_tokens, plan.max_new_tokens, plan.group_size
     layers, h = shape.num_layers, shape.hidden_size
     per_layer = b_a * (h if gradient_checkpointing else activation_elements(shape))
+    # one layer's backward on top of the saved activations (and its recomputed forward)
+    recomputed = activation_elements(shape) if gradient_checkpointing else 0
+    transient = b_a * (backward_elements(shape) + recomputed)
     if plan.token_budget:
         # A sequence is a prompt with as many of its completions as fit the budget (all G
         # when they do; shared prompts), or one row; a micro-batch holds whole sequences.
@@ -322,12 +342,14 @@ def _update(
             extra = units * rows * p * layers * b_a * (1.6 * shape.q_dim + 2.1 * shape.kv_dim)
         return {
             "activations": tokens * layers * per_layer + tokens * 3 * h * 4 + extra,
+            "backward": tokens * transient,
             "logits": 2.0 * 2**21 * 4,  # the fused head's vocabulary blocks (logprobs.py)
         }
     rows = min(plan.micro_batch_rows, plan.prompts * g)
     tokens = rows * (p + c)
     return {
         "activations": tokens * layers * per_layer + rows * (p + c) ** 2 * 4.0,
+        "backward": tokens * transient,
         "logits": tokens * shape.vocab_size * 4.0 * 2,  # the model's own head: [B, T, V] fp32
     }
 
@@ -385,7 +407,7 @@ PHASES = ("generation", "evaluation", "update")
 RESIDENT = ("runtime", "weights", "optimizer", "reference", "replica")
 PHASE_PARTS = {
     "generation": ("kv_cache", "prefill", "weight_copies"),
-    "update": ("gradients", "compute_copy", "activations", "logits"),
+    "update": ("gradients", "compute_copy", "activations", "backward", "logits"),
 }
 
 
