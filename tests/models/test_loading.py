@@ -62,3 +62,94 @@ def test_model_paths_are_checked_before_loading(tmp_path):
     with pytest.raises(ModelLoadError, match="is a file"):
         resolve_model_path(str(tmp_path / "file.bin"))
     assert resolve_model_path("org/some-model") == "org/some-model"  # a hub id passes through
+
+
+def _fake_gguf_loader(monkeypatch, source_dir, calls):
+    """transformers' GGUF loading stood in by loading `source_dir` (a tiny saved model), counting
+    the conversions: the cache logic is under test here; tests/models/test_smollm2.py compares
+    a real GGUF file's conversion with transformers' own loading of it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    real_model, real_tokenizer = (
+        AutoModelForCausalLM.from_pretrained,
+        AutoTokenizer.from_pretrained,
+    )
+
+    def model(path, gguf_file=None, **kwargs):
+        if gguf_file:
+            calls.append(("model", gguf_file))
+            path = source_dir
+        return real_model(path, **kwargs)
+
+    def tokenizer(path, gguf_file=None, **kwargs):
+        if gguf_file:
+            calls.append(("tokenizer", gguf_file))
+            path = source_dir
+        return real_tokenizer(path, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", model)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", tokenizer)
+
+
+def test_a_gguf_file_is_converted_once_and_loaded_from_the_cache(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    import os
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.config import ModelConfig
+    from rlvr.models.loading import converted_gguf, load_model, load_tokenizer
+
+    monkeypatch.setenv("RLVR_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    _fake_gguf_loader(monkeypatch, tiny_model_dir, calls)
+    holder = tmp_path / "holder"
+    holder.mkdir()
+    (holder / "m.gguf").write_bytes(b"GGUF")
+    cfg = ModelConfig(name_or_path=str(holder), gguf_file="m.gguf")
+
+    tokenizer = load_tokenizer(str(holder), gguf_file="m.gguf")  # converts the whole file
+    model = load_model(cfg, torch.device("cpu"), torch.float32)
+    assert calls == [("tokenizer", "m.gguf"), ("model", "m.gguf")]
+    first = converted_gguf(str(holder), "m.gguf")
+    assert first.parent == tmp_path / "cache" / "gguf" and first.name.startswith("m-")
+    assert not hasattr(model, "_rlvr_from_gguf")  # a plain model: saveable as it is
+    original = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    for name, tensor in original.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    assert (
+        tokenizer("12+3=")["input_ids"] == load_tokenizer(str(tiny_model_dir))("12+3=")["input_ids"]
+    )
+    load_model(cfg, torch.device("cpu"), torch.float32)
+    assert len(calls) == 2  # served from the cache
+    os.utime(holder / "m.gguf", ns=(1, 1))  # a changed file is converted anew
+    second = converted_gguf(str(holder), "m.gguf")
+    assert second != first and len(calls) == 4
+    assert not [p for p in first.parent.iterdir() if p.name.startswith(".")]  # no scratch left
+
+
+def test_an_unwritable_gguf_cache_falls_back_to_reading_the_file(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    import torch
+
+    from rlvr.config import ModelConfig
+    from rlvr.models.loading import load_model
+
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setenv("RLVR_CACHE_DIR", str(blocker))
+    calls = []
+    _fake_gguf_loader(monkeypatch, tiny_model_dir, calls)
+    holder = tmp_path / "holder"
+    holder.mkdir()
+    (holder / "m.gguf").write_bytes(b"GGUF")
+    with pytest.warns(UserWarning, match="not caching the conversion"):
+        model = load_model(
+            ModelConfig(name_or_path=str(holder), gguf_file="m.gguf"),
+            torch.device("cpu"),
+            torch.float32,
+        )
+    assert calls == [("model", "m.gguf")] and model._rlvr_from_gguf

@@ -69,7 +69,9 @@ class ModelConfig:
     trust_remote_code: bool = _f(False, "passed to transformers Auto classes")
     gradient_checkpointing: bool = _f(False, "trade compute for memory in the policy update")
     gguf_file: str | None = _f(
-        None, "GGUF weights inside name_or_path (loaded through transformers; needs 'gguf')"
+        None,
+        "GGUF weights inside name_or_path (read by transformers, needs 'gguf'; converted once "
+        "to float32 safetensors kept in $RLVR_CACHE_DIR/gguf, default ~/.cache/rlvr/gguf)",
     )
     lora_rank: int = _f(0, "LoRA rank r (0 = full fine-tuning); needs the 'lora' extra", ge=0)
     lora_alpha: float = _f(16.0, "LoRA scaling alpha (update scale alpha / r)", gt=0.0)

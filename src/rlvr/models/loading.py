@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,13 +107,97 @@ def resolve_model_path(name_or_path: str, gguf_file: str | None = None) -> str:
     return name_or_path
 
 
+GGUF_CACHE_VERSION = 1  # bump when what a converted directory holds changes
+
+
+def gguf_cache_root() -> Path:
+    """Where converted GGUF files are kept: $RLVR_CACHE_DIR/gguf, by default
+    ~/.cache/rlvr/gguf (beside the embedded model's rebuild)."""
+    base = os.environ.get("RLVR_CACHE_DIR") or Path.home() / ".cache" / "rlvr"
+    return Path(base).expanduser() / "gguf"
+
+
+def _gguf_cache_dir(path: str, gguf_file: str) -> Path:
+    """The cache directory of one GGUF file: named by its stem and a hash of its absolute path,
+    size and modification time, the transformers version and GGUF_CACHE_VERSION, so a changed
+    file or converter gets a directory of its own."""
+    import hashlib
+
+    import transformers
+
+    source = (Path(path) / gguf_file).resolve()
+    stat = source.stat()
+    key = f"{source}|{stat.st_size}|{stat.st_mtime_ns}|{transformers.__version__}"
+    digest = hashlib.sha256(f"{key}|{GGUF_CACHE_VERSION}".encode()).hexdigest()[:16]
+    return gguf_cache_root() / f"{source.stem}-{digest}"
+
+
+def converted_gguf(path: str, gguf_file: str, trust_remote_code: bool = False) -> Path | None:
+    """A plain Hugging Face directory with `path/gguf_file`'s config, tokenizer and weights
+    dequantized to float32, converted on first use and kept in `gguf_cache_root()`; None when
+    the cache cannot be written (then the GGUF file is read directly, as transformers does).
+
+    transformers converts a GGUF file on every load: its tokenizer (SmolLM2-135M: ~15 s) and
+    its weights (~25 s). The directory loads in about a second, with the same tensors (float32
+    dequantized once, as every load would) and the same tokenizer (written by save_pretrained,
+    as rlvr writes any checkpoint of a GGUF model). Written under a temporary name and renamed,
+    so processes converting at once (torchrun ranks) each see a whole directory."""
+    import shutil
+    import tempfile
+
+    target = _gguf_cache_dir(path, gguf_file)
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlvr.models.saving import write_pretrained
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    except OSError as e:
+        warnings.warn(f"model.gguf_file: not caching the conversion ({e})", stacklevel=2)
+        return None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            path, gguf_file=gguf_file, trust_remote_code=trust_remote_code
+        )
+        model = AutoModelForCausalLM.from_pretrained(
+            path, gguf_file=gguf_file, dtype=torch.float32, trust_remote_code=trust_remote_code
+        )
+        model._rlvr_from_gguf = True
+        write_pretrained(model, tokenizer, scratch)
+        try:
+            scratch.rename(target)
+        except OSError:  # another process renamed its conversion first
+            if not (target / "config.json").is_file():
+                raise
+    except OSError as e:
+        warnings.warn(f"model.gguf_file: not caching the conversion ({e})", stacklevel=2)
+        return None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def _source(name_or_path: str, gguf_file: str | None, trust_remote_code: bool) -> tuple[str, dict]:
+    """(directory, from_pretrained keywords) to load a model or tokenizer from: a GGUF file's
+    converted directory when it can be cached, else the file itself."""
+    path = resolve_model_path(name_or_path, gguf_file)
+    if not gguf_file:
+        return path, {}
+    converted = converted_gguf(path, gguf_file, trust_remote_code)
+    if converted is None:
+        return path, {"gguf_file": gguf_file}
+    return str(converted), {}
+
+
 def load_tokenizer(
     name_or_path: str, trust_remote_code: bool = False, gguf_file: str | None = None
 ) -> Any:
     from transformers import AutoTokenizer
 
-    path = resolve_model_path(name_or_path, gguf_file)
-    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    path, extra = _source(name_or_path, gguf_file, trust_remote_code)
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             path, trust_remote_code=trust_remote_code, **extra
@@ -132,8 +217,7 @@ def load_model(
     """An AutoModelForCausalLM on `device` in `dtype`; in train mode unless `train=False`."""
     from transformers import AutoModelForCausalLM
 
-    path = resolve_model_path(cfg.name_or_path, cfg.gguf_file)
-    extra = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
+    path, extra = _source(cfg.name_or_path, cfg.gguf_file, cfg.trust_remote_code)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **extra
@@ -143,7 +227,7 @@ def load_model(
             f"model.name_or_path: cannot load a causal LM from '{path}': {_first_line(e)}"
         ) from None
     model.to(device)
-    if cfg.gguf_file:
+    if extra.get("gguf_file"):
         model._rlvr_from_gguf = True  # transformers refuses save_pretrained; see checkpoint.py
     if cfg.lora_rank and train:
         from rlvr.models.lora import apply_lora
