@@ -153,3 +153,17 @@ def test_an_unwritable_gguf_cache_falls_back_to_reading_the_file(
             torch.float32,
         )
     assert calls == [("model", "m.gguf")] and model._rlvr_from_gguf
+
+
+def test_an_unreadable_gguf_file_is_a_one_line_error_and_leaves_no_scratch(tmp_path, monkeypatch):
+    pytest.importorskip("gguf")
+    from rlvr.models.loading import load_tokenizer
+
+    monkeypatch.setenv("RLVR_CACHE_DIR", str(tmp_path / "cache"))
+    holder = tmp_path / "holder"
+    holder.mkdir()
+    (holder / "m.gguf").write_bytes(b"GGUF\x03\x00")  # a header and nothing else
+    with pytest.raises(ModelLoadError, match=r"^model.gguf_file: cannot read .*m.gguf: ") as e:
+        load_tokenizer(str(holder), gguf_file="m.gguf")
+    assert "\n" not in str(e.value)
+    assert list((tmp_path / "cache" / "gguf").iterdir()) == []

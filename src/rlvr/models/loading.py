@@ -159,22 +159,26 @@ def converted_gguf(path: str, gguf_file: str, trust_remote_code: bool = False) -
         warnings.warn(f"model.gguf_file: not caching the conversion ({e})", stacklevel=2)
         return None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            path, gguf_file=gguf_file, trust_remote_code=trust_remote_code
-        )
-        model = AutoModelForCausalLM.from_pretrained(
-            path, gguf_file=gguf_file, dtype=torch.float32, trust_remote_code=trust_remote_code
-        )
-        model._rlvr_from_gguf = True
-        write_pretrained(model, tokenizer, scratch)
         try:
+            tokenizer = AutoTokenizer.from_pretrained(
+                path, gguf_file=gguf_file, trust_remote_code=trust_remote_code
+            )
+            model = AutoModelForCausalLM.from_pretrained(
+                path, gguf_file=gguf_file, dtype=torch.float32, trust_remote_code=trust_remote_code
+            )
+        except Exception as e:  # the GGUF reader's errors for a file it cannot read are many
+            raise ModelLoadError(
+                f"model.gguf_file: cannot read {Path(path) / gguf_file}: {_first_line(e)}"
+            ) from None
+        model._rlvr_from_gguf = True
+        try:
+            write_pretrained(model, tokenizer, scratch)
             scratch.rename(target)
-        except OSError:  # another process renamed its conversion first
-            if not (target / "config.json").is_file():
-                raise
-    except OSError as e:
-        warnings.warn(f"model.gguf_file: not caching the conversion ({e})", stacklevel=2)
-        return None
+        except OSError as e:
+            if (target / "config.json").is_file():  # another process renamed its copy first
+                return target
+            warnings.warn(f"model.gguf_file: not caching the conversion ({e})", stacklevel=2)
+            return None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target
