@@ -118,26 +118,33 @@ def _saved_bytes(model, packed) -> int:
     return sum(size for key, size in seen.items() if key not in params)
 
 
+def _layer_config(layers: int, kv_heads: int):
+    """The small Llama layer shape the activation and backward formulas are measured on."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        head_dim=16,
+    )
+
+
 @pytest.mark.parametrize("kv_heads", [2, 4])
 def test_activation_formula_matches_what_autograd_saves_per_token_and_layer(kv_heads):
     # The per-layer cost is the difference between a 2-layer and a 1-layer model on the same
     # packed micro-batch (3 prompts of 40 tokens, each with 4 completions of 10).
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from rlvr.training.memory import activation_elements, model_shape
     from rlvr.training.packing import packed_micro_batches
 
     def config(layers):
-        return LlamaConfig(
-            vocab_size=96,
-            hidden_size=64,
-            intermediate_size=176,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=kv_heads,
-            head_dim=16,
-        )
+        return _layer_config(layers, kv_heads)
 
     torch.manual_seed(0)
     prompts = [p for p in (torch.randint(3, 90, (40,)) for _ in range(3)) for _ in range(4)]
@@ -158,20 +165,12 @@ def test_backward_formula_matches_the_live_memory_the_backward_adds(layers):
     # allocated beforehand: what the backward holds beyond the saved activations.
     import torch
     from torch.profiler import ProfilerActivity, profile
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from rlvr.training.memory import backward_elements, model_shape
     from rlvr.training.packing import packed_completion_logprobs, packed_micro_batches
 
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=64,
-        intermediate_size=176,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-    )
+    config = _layer_config(layers, kv_heads=2)
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     for parameter in model.parameters():
