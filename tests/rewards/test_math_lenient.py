@@ -42,8 +42,6 @@ READ = [
     ("Answer: the value is 7", "7"),
     ("The roots are $-2$ and $1$.", "1,-2"),
     ("x is -2, or 1", "1,-2"),
-    # Minerva's closing line is the answer even after boxed intermediate results
-    ("\\boxed{200} then \\boxed{255}. " + MINERVA.format("10,455"), "10455"),
     ("<think>maybe \\boxed{4}</think> We get 5", "5"),
 ]
 # (completion, gold): 0.0 in both readings
@@ -99,6 +97,8 @@ def test_lenient_keeps_the_strict_defences(lenient, completion, gold):
         ("Answer: Monday", "Monday"),
         ("Answer: \\frac{3}{4}", "0.75"),
         ("Answer: it is $5$", "5"),
+        # Minerva's closing line is the answer even after boxed intermediate results
+        ("\\boxed{200} then \\boxed{255}. " + MINERVA.format("10,455"), "10455"),
     ],
     ids=_id,
 )

@@ -33,6 +33,10 @@ READ = [
     ("<answer>It is $\\frac{1}{3}$.</answer>", "\\frac13"),
     ("Final Answer: The final answer is $14 {, }916$. I hope it is correct.", "14916"),
     ("Final answer: \\(7\\)", "7"),
+    # Minerva's closing line is the answer, also after boxed intermediate results
+    ("\\boxed{200}, then \\boxed{255}. " + MINERVA.replace("\\frac{14}{3}", "10,455"), "10455"),
+    ("The final answer is 5. I hope it is correct.", "5"),
+    ("The final answer is $\\boxed{5}$. I hope it is correct.", "5"),
     ("Answer: $$12$$", "12"),
     # trailing punctuation is not part of the answer
     ("\\boxed{\\frac{1}{3},}", "1/3"),
@@ -66,6 +70,17 @@ REJECT = [
     ("Final Answer: The final answer is $5$ or $6$. I hope it is correct.", "5"),
     ("Final Answer: The final answer is $5$ or $6$. I hope it is correct.", "6"),
     ("\\boxed{The answer is $\\frac{1}{3}$ or $\\frac{1}{2}$}", "1/3"),
+    # a Minerva line is one answer among the tags' and its own kind
+    (
+        "The final answer is 5. I hope it is correct.\n"
+        "The final answer is 6. I hope it is correct.",
+        "6",
+    ),
+    ("<answer>5</answer> The final answer is 6. I hope it is correct.", "6"),
+    ("\\boxed{6} The final answer is 5. I hope it is correct.", "6"),
+    ("The final answer is 6 or 5. I hope it is correct.", "5"),
+    ("The final answer is \\boxed{5} or \\boxed{6}. I hope it is correct.", "6"),
+    ("<think>The final answer is 5. I hope it is correct.</think>", "5"),
     ("Answer: $5$ or 6", "5"),
     ("Answer: $5$ or 6", "6"),
     ("Final Answer: The largest $n$ is 34.", "34"),

@@ -7,10 +7,13 @@ String scans and regexes in linear time; nothing here parses or evaluates the an
    does not count.
 2. `<answer>...</answer>` tags: each tag's content is an answer, or the `\\boxed{}` contents inside
    it if it has any. Unbalanced or nested tags mean no answer.
-3. `\\boxed{...}` / `\\fbox{...}` anywhere else (nested braces are matched; `\\boxed 5` takes the
-   run of non-space characters after it). An unclosed box means no answer.
-4. Only if there is no tag and no box: lines matching `answer_pattern` (default: "Answer: ...",
-   "Final answer: ...", case-insensitive); None turns this off.
+3. Minerva's closing line, "The final answer is X. I hope it is correct." (the format of the
+   Minerva/MATH few-shot prompts), anywhere else: X, and the boxes are not read (models trained
+   on that format box intermediate results on the way). Several such lines are several answers.
+4. Otherwise `\\boxed{...}` / `\\fbox{...}` anywhere else (nested braces are matched; `\\boxed 5`
+   takes the run of non-space characters after it). An unclosed box means no answer.
+5. Only if there is no tag, Minerva line or box: lines matching `answer_pattern` (default:
+   "Answer: ...", "Final answer: ...", case-insensitive); None turns this off.
 Each answer is then cleaned: whitespace collapsed; markdown bold, one final `.`, `,` or `;` (not
 an ellipsis) and `$...$` / `\\(...\\)` / `\\[...\\]` / a box around the whole answer removed.
 An answer that still holds math delimiters (the Minerva line "The final answer is $\\frac{14}{3}$.
@@ -43,6 +46,7 @@ _FINAL_PUNCTUATION = re.compile(r"\s*[.,;]$")
 _CONNECTOR = re.compile(r"\s*(and|or)\s*")
 _DOLLAR_CONNECTOR = re.compile(r"(?<!\\)\$\s*(and|or)\s*(?<!\\)\$")
 TAG_OPEN, TAG_CLOSE = "<answer>", "</answer>"
+MINERVA_OPEN, MINERVA_CLOSE = "final answer is", "i hope it is correct"
 THINK_CLOSE, THINK_OPEN = "</think>", "<think>"
 
 
@@ -105,6 +109,20 @@ def answer_tags(text: str) -> list[str] | None:
             return None
         out.append(content)
         pos = end + len(TAG_CLOSE)
+
+
+def minerva_answers(text: str) -> list[str]:
+    """X of every line of `text` that closes with Minerva's "The final answer is X. I hope it is
+    correct." (case-insensitive; the last "final answer is" before the closing words). str.rfind
+    per line, linear in the text."""
+    out = []
+    for line in text.splitlines():
+        low = line.lower()
+        hope = low.rfind(MINERVA_CLOSE)
+        start = low.rfind(MINERVA_OPEN, 0, hope) if hope > 0 else -1
+        if start >= 0:
+            out.append(line[start + len(MINERVA_OPEN) : hope].strip())
+    return out
 
 
 def _outside_tags(text: str) -> str:
@@ -225,10 +243,13 @@ def extract_answers(
         if boxes is None:
             return Extraction(problem="unclosed \\boxed")
         raw.extend(boxes if boxes else [content])
-    boxes = boxed_contents(_outside_tags(region) if tags else region)
-    if boxes is None:
+    outside = _outside_tags(region) if tags else region
+    if minerva := minerva_answers(outside):
+        raw.extend(minerva)
+    elif (boxes := boxed_contents(outside)) is None:
         return Extraction(problem="unclosed \\boxed")
-    raw.extend(boxes)
+    else:
+        raw.extend(boxes)
     if not raw and not tags and answer_pattern:
         raw.extend(m.group(1) for m in re.finditer(answer_pattern, region))
     return read_answers(raw, max_answers, max_answer_chars)
