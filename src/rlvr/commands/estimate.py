@@ -115,7 +115,7 @@ def task_prompt_tokens(cfg: Any, count: int = 200) -> tuple[int, str]:
     encode them (the tokenizer, chat template, system prompt, declared tools, few-shot
     examples), and where the figure comes from; FALLBACK_PROMPT_TOKENS when the model
     directory has no tokenizer (a config.json alone, to plan a model not downloaded)."""
-    from rlvr.data.registry import build_task
+    from rlvr.data.registry import build_task, heldout_size
     from rlvr.models.loading import load_tokenizer
     from rlvr.training.policy import prompt_encoder
 
@@ -125,9 +125,7 @@ def task_prompt_tokens(cfg: Any, count: int = 200) -> tuple[int, str]:
     except (OSError, ValueError, TypeError, ModelLoadError):
         return FALLBACK_PROMPT_TOKENS, f"{FALLBACK_PROMPT_TOKENS}, no tokenizer to measure"
     task = build_task(cfg.data)
-    size = min(count, cfg.eval.size or count)
-    if hasattr(task, "eval"):  # a dataset holds out what it holds out
-        size = min(size, len(task.eval))
+    size = heldout_size(task, min(count, cfg.eval.size or count))
     try:
         samples = task.heldout(size) if size else []
     except (ValueError, UserError):  # a generator with too few distinct held-out problems

@@ -22,6 +22,12 @@ def build_task(cfg: DataConfig) -> Any:
     return task
 
 
+def heldout_size(task: Any, n: int) -> int:
+    """`n` held-out problems, capped at what `task` holds out: a dataset holds out a fixed set
+    (`task.eval`), a generator makes as many as asked."""
+    return min(n, len(task.eval)) if hasattr(task, "eval") else n
+
+
 def _build_task(cfg: DataConfig) -> Any:
     """A task with `sample_train(rng) -> sample` and `heldout(n) -> list[sample]`.
 

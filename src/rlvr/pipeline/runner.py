@@ -284,14 +284,11 @@ class Pipeline:
 
     @cached_property
     def heldout(self) -> list[dict]:
-        from rlvr.data.registry import build_task
+        from rlvr.data.registry import build_task, heldout_size
 
         task_cfg = load_config(None, None, schema=_TaskOnly, tree={"data": self.spec.task}).data
         task = build_task(task_cfg)
-        size = self.eval_cfg.size
-        if hasattr(task, "eval"):
-            size = min(size, len(task.eval))
-        return task.heldout(size)
+        return task.heldout(heldout_size(task, self.eval_cfg.size))
 
     @cached_property
     def verifier(self) -> Any:

@@ -90,13 +90,12 @@ def run_eval_stage(
     cfg: EvalStageConfig, paths: list[str], names: list[str], out_dir: Path, log: Log
 ) -> dict:
     from rlvr.config import ModelConfig
-    from rlvr.data.registry import build_task
+    from rlvr.data.registry import build_task, heldout_size
     from rlvr.rewards.compose import build_verifier
     from rlvr.training.evaluate import evaluate_model
 
     task = build_task(cfg.data)
-    size = min(cfg.eval.size, len(task.eval)) if hasattr(task, "eval") else cfg.eval.size
-    samples = task.heldout(size)
+    samples = task.heldout(heldout_size(task, cfg.eval.size))
     verifier = build_verifier(cfg.reward.verifier)
     results = {}
     for name, path in zip(names, paths):

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from rlvr.data.registry import heldout_size
 from rlvr.observe.passk import maj_at_k, pass_at_k
 from rlvr.rewards.exact import extract_final_answer, is_reasoning
 from rlvr.rollout.types import SamplingParams
@@ -297,9 +298,7 @@ def heldout_eval(
     """The run's held-out set (`eval.size` problems of the task; a dataset holds out what it
     holds out) decoded as the `eval` section of `cfg` (a Config) says, with the rollouts' stop
     strings (`rollout.stop`), so evaluation completions end where training ones do."""
-    size = cfg.eval.size
-    if hasattr(task, "eval"):
-        size = min(size, len(task.eval))
+    size = heldout_size(task, cfg.eval.size)
     heldout = task.heldout(size) if size else []
     return HeldoutEval(
         engine,

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import DataConfig, ModelConfig, RewardConfig, _f, validate_model
+from rlvr.data.registry import heldout_size
 from rlvr.data.rejection import (
     RejectionOptions,
     curriculum_band,
@@ -144,13 +145,13 @@ def select_prompts(
     """
     n = cfg.num_prompts
     if cfg.split == "heldout":
-        available = len(task.eval) if hasattr(task, "eval") else None
+        available = heldout_size(task, n)
         if available == 0:
             raise ConfigError(
                 "sampling.split: 'heldout' but the dataset holds out no prompts "
                 "(set data.eval_fraction > 0 or data.eval_path)"
             )
-        if available is not None and n > available:
+        if available < n:
             log(f"sample: the dataset holds out {available} prompts; sampling all of them")
             n = available
         try:

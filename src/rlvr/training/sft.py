@@ -193,7 +193,7 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
 
     Every check of user input happens here, before the run directory is written.
     """
-    from rlvr.data.registry import build_task
+    from rlvr.data.registry import build_task, heldout_size
     from rlvr.models.loading import (
         encode_prompt,
         load_model,
@@ -244,9 +244,7 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
             f"data: dropped {data.dropped_long} train and {data.dropped_long_eval} held-out rows "
             f"longer than data.max_length = {cfg.data.max_length} tokens"
         )
-    eval_size = cfg.eval.size
-    if hasattr(task, "eval"):  # a dataset holds out what it holds out
-        eval_size = min(eval_size, len(task.eval))
+    eval_size = heldout_size(task, cfg.eval.size)
     try:
         heldout = task.heldout(eval_size) if eval_size else []
     except ValueError as e:
