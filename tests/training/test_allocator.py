@@ -1,5 +1,6 @@
-"""training.keep_freed_memory: freed blocks stay with the process for reuse; the trainers apply
-the setting only when asked; resuming may change it."""
+"""training.keep_freed_memory: freed blocks stay with the process for reuse, large ones are
+mapped and returned when a run plans long rows (training.map_large_blocks_from); the trainers
+apply the setting only when asked; resuming may change it."""
 
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ _RELEASED_MIB = textwrap.dedent(
     from rlvr.training.allocator import keep_freed_memory
     if sys.argv[1] == "keep":
         assert keep_freed_memory() and keep_freed_memory()  # idempotent
+    elif sys.argv[1] == "map":  # switched after the all-heap setting, as a second run would
+        assert keep_freed_memory() and keep_freed_memory(map_large_blocks=True)
+    n = int(sys.argv[2]) // 4 if len(sys.argv) > 2 else 16 * 2**20  # floats
     def resident_mib():
         return int(open("/proc/self/statm").read().split()[1]) * 4096 // 2**20
-    n = 16 * 2**20  # floats: 64 MiB
     for _ in range(3):
         torch.ones(n).sum()
     block = torch.ones(n)
@@ -42,9 +45,12 @@ _RELEASED_MIB = textwrap.dedent(
 )
 
 
-def _released_mib(mode: str) -> int:
+def _released_mib(mode: str, nbytes: int = 64 * 2**20) -> int:
     out = subprocess.run(
-        [sys.executable, "-c", _RELEASED_MIB, mode], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _RELEASED_MIB, mode, str(nbytes)],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return int(out.stdout.split()[-1])
 
@@ -55,10 +61,36 @@ def test_a_freed_block_stays_with_the_process_for_reuse():
     assert _released_mib("keep") <= 4
 
 
+@pytest.mark.skipif(glibc_mallopt() is None, reason="glibc malloc settings: Linux/glibc only")
+def test_with_long_rows_large_blocks_go_back_and_small_ones_stay():
+    from rlvr.training.allocator import LARGE_BLOCK
+
+    assert _released_mib("map") >= 60  # 64 MiB >= LARGE_BLOCK: unmapped when freed
+    small = LARGE_BLOCK // 2  # 4 MiB: from the kept heap, as without long rows
+    assert _released_mib("map", small) <= 1
+
+
+@pytest.mark.parametrize(
+    "max_new_tokens, from_tokens, mapped", [(16, 2048, False), (16, 16, True), (16, 0, False)]
+)
+def test_the_trainer_maps_large_blocks_only_for_long_rows(
+    train_embedded, monkeypatch, max_new_tokens, from_tokens, mapped
+):
+    calls = []
+    monkeypatch.setattr(grpo, "keep_freed_memory", lambda *a: calls.append(a) or True)
+    train_embedded(
+        "run",
+        "training.steps=1",
+        f"rollout.max_new_tokens={max_new_tokens}",
+        f"training.map_large_blocks_from={from_tokens}",
+    )
+    assert calls == [(mapped,)]
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_the_trainer_keeps_freed_memory_only_when_asked(train_embedded, monkeypatch, enabled):
     calls = []
-    monkeypatch.setattr(grpo, "keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(grpo, "keep_freed_memory", lambda *_: calls.append(1) or True)
     train_embedded("run", "training.steps=1", f"training.keep_freed_memory={enabled}")
     assert calls == ([1] if enabled else [])
 
@@ -67,12 +99,14 @@ def test_resuming_may_change_the_setting_or_predate_it(tmp_path):
     import yaml
 
     saved = to_dict(load_config(None, []))
-    del saved["training"]["keep_freed_memory"]  # a run from before the key existed
+    del saved["training"]["keep_freed_memory"]  # a run from before the keys existed
+    del saved["training"]["map_large_blocks_from"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
     for value in (True, False):
         check_same_config(
             to_dict(load_config(None, [f"training.keep_freed_memory={value}"])), tmp_path
         )
+    check_same_config(to_dict(load_config(None, ["training.map_large_blocks_from=16"])), tmp_path)
     with pytest.raises(UserError, match="optimizer.lr"):  # what changes results still counts
         check_same_config(to_dict(load_config(None, ["optimizer.lr=1e-3"])), tmp_path)
 

@@ -204,7 +204,7 @@ def restore_rng_state(state: dict, python_rngs: dict[str, Any], torch_gens: dict
 
 
 # Config keys that change how fast a run computes, not what it computes.
-RESULT_NEUTRAL_KEYS = frozenset({"training.keep_freed_memory"})
+RESULT_NEUTRAL_KEYS = frozenset({"training.keep_freed_memory", "training.map_large_blocks_from"})
 
 
 def check_same_config(

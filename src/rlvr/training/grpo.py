@@ -82,17 +82,18 @@ class GRPOTrainer:
         self.prompt_rng = random.Random(cfg.data.seed * 1_000_003 + cfg.training.seed)
         self.sample_gen = torch.Generator().manual_seed(cfg.training.seed)
         self.shuffle_gen = torch.Generator().manual_seed(cfg.training.seed + 1)
+        r = cfg.rollout
         self.device = resolve_device(cfg.model.device)
         if self.device.type == "cuda" and self.world.distributed:
             self.device = torch.device("cuda", self.world.local_rank)
         if cfg.training.keep_freed_memory and self.device.type == "cpu":
-            keep_freed_memory()  # before the model: its blocks come from the kept heap too
+            # before the model: its blocks come from the kept heap too
+            keep_freed_memory(0 < cfg.training.map_large_blocks_from <= r.max_new_tokens)
         self.verifier = build_verifier(cfg.reward.verifier)
         self.task = build_task(cfg.data)
         self.policy = build_policy(cfg, self.world, self.device)  # weights: model.precision
         self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
         self.encode = self.policy.encode
-        r = cfg.rollout
         # multi-turn around the engine when one is named
         self.engine = build_rollout_engine(cfg, self.policy.rollout_model, self.tokenizer)
         # An engine with other kernels than the learner's (vLLM), or a stale one (off-policy):
