@@ -387,8 +387,8 @@ class TrainingConfig:
         "and allocates again cost no page faults; docs/training-speed.md",
     )
     map_large_blocks_from: int = _f(
-        8192,
-        "with keep_freed_memory: from this rollout.max_new_tokens on, blocks of 8 MiB or more "
+        2048,
+        "with keep_freed_memory: from this rollout.max_new_tokens on, blocks of 2 MiB or more "
         "are mapped and returned when freed instead of kept, so the heap's holes do not grow "
         "the peak at long rows (0 = never); docs/memory.md",
         ge=0,

@@ -23,16 +23,20 @@ allocators do on GPUs, and it is a no-op where the C library is not glibc.
 mallopt rather than asking users for LD_PRELOAD=jemalloc, so that `rlvr train` is fast without a
 setup step.
 
-Long rows are the exception (`map_large_blocks`). At 8k-token completions one micro-batch's
-blocks are 8-33 MB and few; a heap that keeps them all leaves holes the next micro-batch's blocks
-do not fit, and the peak climbs micro-batch by micro-batch (docs/memory.md). With
-`map_large_blocks` every block of `LARGE_BLOCK` (8 MiB) or more is mapped and handed back when
-freed, smaller ones still come from the kept heap. Measured on benchmarks/memory.py's 8k
-configuration, training steps alone: peak 2,091 -> 1,494 MiB (`rlvr estimate`: 1,454), second
-step 180.1 -> 180.0 s. At shorter rows it does not pay: SmolLM2's steps took ~15% longer (its
-11 MB activation blocks mapped anew every step), the same random model at 4k-token completions
-peaked higher (1,317 -> 1,437 MiB) and at 2k about the same (874-892 -> 862-876 MiB). So the
-trainer asks for it only from `training.map_large_blocks_from` new tokens on (default 8192).
+Long rows are the exception (`map_large_blocks`). A micro-batch of the packed update then holds
+one or a few rows of thousands of tokens, so its blocks are few and megabytes each (a row's
+hidden states: tokens x hidden size x 4 bytes); a heap that keeps them all leaves holes the
+next micro-batch's blocks do not fit, and the peak climbs micro-batch by micro-batch
+(docs/memory.md). With `map_large_blocks` every block of `LARGE_BLOCK` (2 MiB) or more is mapped
+and handed back when freed; smaller ones still come from the kept heap. Measured on
+benchmarks/memory.py's random 4-layer model (hidden size 256), training steps alone, all blocks
+kept -> large blocks mapped: 2k-token completions peak 874-892 -> 692 MiB, 4k 1,277-1,317 -> 930,
+8k 2,091 -> 1,405 (`rlvr estimate`: 753, 985, 1,454), and the steps were no slower (8k: 167-180
+-> 128-141 s). An 8 MiB threshold was not enough (4k: 1,437 MiB; its 4 MB blocks stayed in the
+heap). At short rows mapping costs: SmolLM2 (48 new tokens), whose 11 MB blocks are per
+micro-batch of many short rows and alike every step, took ~15% longer per step with an 8 MiB
+threshold (each step faulting its pages in anew). So the trainer asks for it only from
+`training.map_large_blocks_from` new tokens on (default 2048).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ _M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
 _INT_MAX = 2**31 - 1  # mallopt takes an int
 _DEFAULT_MMAP_MAX = 65536  # glibc's own default: mapping allowed
-LARGE_BLOCK = 8 * 2**20  # bytes: blocks from this size on are mapped under map_large_blocks
+LARGE_BLOCK = 2 * 2**20  # bytes: blocks from this size on are mapped under map_large_blocks
 
 _applied: bool | None = None  # the map_large_blocks in effect, None before the first call
 
