@@ -4,10 +4,9 @@
 never taught the answer format (a base model's baseline); RL rewards use the strict reading,
 which teaches the format. Both read after the last `</think>` (an unclosed `<think>` has no
 answer) and compare answers the same way; the lenient reading finds them, in this order:
-1. `<answer>` tags: as the strict reading does.
-2. Minerva's closing line, "The final answer is X. I hope it is correct." (math-verify's first
-   pattern): X, even when boxes come before it (intermediate results boxed along the way).
-3. `\\boxed{}` / `\\fbox{}`: as the strict reading does (every box is an answer).
+1-3. `<answer>` tags, Minerva's closing line ("The final answer is X. I hope it is correct.",
+   read before any boxes ahead of it), `\\boxed{}` / `\\fbox{}`: as the strict reading does
+   (`extract_answers`; every box is an answer).
 4. "Answer: ..." lines (the strict `answer_pattern`): each line as the strict reading takes it
    when that is math (`Answer: 2^{10}`, no word of two letters or more outside LaTeX commands),
    else math-verify's extraction from it ("Answer: The largest $n$ is 34." reads 34, "Answer: the
@@ -38,7 +37,6 @@ from typing import Any
 from rlvr.rewards.math_answer import (
     NO_ANSWER,
     Extraction,
-    answer_tags,
     checked_answers,
     extract_answers,
     read_answers,
@@ -48,7 +46,6 @@ _CONNECTOR = re.compile(r"\s*(?:,|(?:,\s*)?(?:and|or))\s*", re.IGNORECASE)
 _TEXT = re.compile(r"\\(?:text|textbf|textnormal|textrm|mathrm|mbox)\s*\{[^{}]*\}")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 _FUNCTION_WORDS = {"sqrt", "pi", "inf", "infinity", "sin", "cos", "tan", "log", "ln", "exp"}
-MINERVA_PRIORITY = 0  # math-verify's "final answer is X. I hope" patterns
 PLAIN_PRIORITY = 300  # math-verify's patterns without an anchor: any math span or number
 Span = tuple[int, int, str]  # start, end in the text, the answer text
 
@@ -127,26 +124,12 @@ def extracted_spans(text: str) -> list[Span]:
     return []
 
 
-def minerva_spans(text: str) -> list[Span]:
-    """The answers of every "final answer is X. I hope" line (math-verify's first patterns)."""
-    out = []
-    for pattern, latex, prio in extraction_patterns():
-        if prio == MINERVA_PRIORITY:
-            out.extend(span for m in pattern.finditer(text) for span in _spans(m, latex))
-    return sorted(out)
-
-
 def lenient_answers(
     region: str, answer_pattern: str | None, max_answers: int = 4, max_answer_chars: int = 1000
 ) -> Extraction:
     """The final answers of `region` (the text after the last `</think>`) in the lenient reading
     (rules in the module docstring)."""
-    tags = answer_tags(region)
-    if tags is None or tags:
-        return extract_answers(region, None, max_answers, max_answer_chars)
-    if minerva := minerva_spans(region):
-        return read_answers([a for _, _, a in minerva], max_answers, max_answer_chars)
-    strict = extract_answers(region, None, max_answers, max_answer_chars)  # boxes
+    strict = extract_answers(region, None, max_answers, max_answer_chars)  # tags, Minerva, boxes
     if strict.problem != NO_ANSWER:
         return strict
     lines = [m.group(1) for m in re.finditer(answer_pattern, region)] if answer_pattern else []
