@@ -66,7 +66,7 @@ def test_with_long_rows_large_blocks_go_back_and_small_ones_stay():
     from rlvr.training.allocator import LARGE_BLOCK
 
     assert _released_mib("map") >= 60  # 64 MiB >= LARGE_BLOCK: unmapped when freed
-    small = LARGE_BLOCK // 2  # 4 MiB: from the kept heap, as without long rows
+    small = LARGE_BLOCK // 2  # from the kept heap, as without long rows
     assert _released_mib("map", small) <= 1
 
 

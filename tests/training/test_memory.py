@@ -143,18 +143,15 @@ def test_activation_formula_matches_what_autograd_saves_per_token_and_layer(kv_h
     from rlvr.training.memory import activation_elements, model_shape
     from rlvr.training.packing import packed_micro_batches
 
-    def config(layers):
-        return _layer_config(layers, kv_heads)
-
     torch.manual_seed(0)
     prompts = [p for p in (torch.randint(3, 90, (40,)) for _ in range(3)) for _ in range(4)]
     completions = [torch.randint(3, 90, (10,)) for _ in range(12)]
     (packed,) = packed_micro_batches(
         prompts, completions, range(12), token_budget=4096, max_rows=64, share_prompts=True
     )
-    one, two = (_saved_bytes(LlamaForCausalLM(config(n)), packed) for n in (1, 2))
+    one, two = (_saved_bytes(LlamaForCausalLM(_layer_config(n, kv_heads)), packed) for n in (1, 2))
     per_layer = (two - one) / packed.input_ids.numel() / 4  # fp32 elements per token
-    predicted = activation_elements(model_shape(config(1)))
+    predicted = activation_elements(model_shape(_layer_config(1, kv_heads)))
     assert abs(predicted - per_layer) / per_layer < 0.05, (predicted, per_layer)
 
 
