@@ -289,10 +289,11 @@ def test_malformed_gym_config_is_one_line_naming_the_item(items, message):
 
 
 def test_gym_config_values_yaml_cannot_read_are_kept_as_text():
-    assert parse_gym_config(["a=!!int x", "b=[+", "c=" + "1" * 5000]) == {
+    assert parse_gym_config(["a=!!int x", "b=[+", "c=" + "1" * 5000, "d=!!int"]) == {
         "a": "!!int x",
         "b": "[+",
         "c": "1" * 5000,
+        "d": "!!int",
     }
 
 

@@ -251,7 +251,7 @@ def overrides(draw: st.DrawFn, schema: type) -> str:
                 [
                     *("", "[", "{a: 1", "!!python/object:os.system", "*x", "- a", ": :"),
                     *("!!int x", "!!float x", "!!timestamp x", "!!timestamp 2024-13-45"),
-                    *("!!bool maybe", "[" * 700 + "]" * 700),
+                    *("!!bool maybe", "!!int", "!!float", "!!bool", "[" * 700 + "]" * 700),
                 ]
             ),
         )
@@ -347,6 +347,12 @@ YAML_PIECES = [
     "!!float x",
     "!!timestamp x",
     "!!timestamp 2024-13-45 ",
+    "!!int",
+    "!!float",
+    "!!bool",
+    "!!timestamp",
+    "!!omap ",
+    "!!pairs ",
     "1" * 5000,
     "[" * 700,
     "]" * 700,
@@ -481,7 +487,12 @@ def test_fixed_huge_int_in_yaml_file_is_a_config_error(fuzz_dir: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["steps: !!timestamp x", "steps: !!int x", "steps: !!float x", "steps: !!bool maybe"]
+    "text",
+    [
+        *("steps: !!timestamp x", "steps: !!int x", "steps: !!float x", "steps: !!bool maybe"),
+        # A tag with no value: PyYAML raised IndexError (found by CI's hypothesis 6.155.2).
+        *("steps: !!int", "steps: !!float", "steps: !!bool", "steps: !!timestamp"),
+    ],
 )
 def test_fixed_yaml_tag_on_wrong_value_is_a_config_error(fuzz_dir: Path, text: str) -> None:
     path = fuzz_dir / "tagged.yaml"
@@ -489,8 +500,20 @@ def test_fixed_yaml_tag_on_wrong_value_is_a_config_error(fuzz_dir: Path, text: s
     _expect_user_error(lambda: load_config(path))
 
 
+def test_fixed_yaml_tag_without_value_as_the_whole_file_is_a_config_error(
+    fuzz_dir: Path,
+) -> None:
+    for text in ("!!int\n", "!!float\n"):
+        path = fuzz_dir / "tagged.yaml"
+        path.write_text(text)
+        _expect_user_error(lambda p=path: load_config(p))
+
+
 def test_fixed_yaml_tag_in_override_is_a_config_error() -> None:
-    for override in ("training.steps=!!int x", "training.steps=!!bool maybe"):
+    for override in (
+        *("training.steps=!!int x", "training.steps=!!bool maybe"),
+        *("training.steps=!!int", "training.steps=!!float", "optimizer.lr=!!float"),
+    ):
         _expect_user_error(lambda o=override: load_config(None, [o]))
 
 

@@ -188,6 +188,15 @@ def test_a_malformed_metrics_line_is_an_error_naming_the_line(tmp_path):
     assert not (run_dir / "report.html").exists()
 
 
+@pytest.mark.parametrize("text", ["model: [", "model:\n  name_or_path: !!int\n", "!!float"])
+def test_a_damaged_config_yaml_is_an_error_naming_it(tmp_path, text):
+    run_dir = write_run(tmp_path / "run_a")
+    (run_dir / "config.yaml").write_text(text)
+    with pytest.raises(DataError, match="invalid YAML") as e:
+        run(parse(str(run_dir)))
+    assert str(run_dir / "config.yaml") in str(e.value) and "\n" not in str(e.value)
+
+
 def test_the_standalone_entry_prints_user_errors_without_a_traceback(tmp_path, capsys):
     from rlvr.commands.report import main
 

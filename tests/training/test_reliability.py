@@ -324,3 +324,15 @@ def test_sft_on_sigterm_finishes_the_step_saves_a_checkpoint_and_resumes_to_the_
     assert _sha(run / weights) == _sha(full / weights)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 31))
+
+
+@pytest.mark.parametrize("text", ["training: [", "training:\n  steps: !!int\n", "- a\n"])
+def test_a_damaged_config_yaml_in_the_resumed_run_is_a_one_line_error(tmp_path, text):
+    from rlvr.config import to_dict
+    from rlvr.errors import UserError
+
+    (tmp_path / "config.yaml").write_text(text)
+    with pytest.raises(UserError) as info:
+        checkpoint.check_same_config(to_dict(load_config(None, [])), tmp_path)
+    assert str(tmp_path / "config.yaml") in str(info.value)
+    assert "\n" not in str(info.value)

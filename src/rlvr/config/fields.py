@@ -219,13 +219,19 @@ def _nesting(text: str) -> int:
     return deepest
 
 
+# What PyYAML's constructors raise, besides yaml.YAMLError, on a tag they cannot apply: '!!int x'
+# and an int over Python's 4300-digit limit (ValueError), '!!int' or '!!float' with no value
+# (IndexError), '!!bool maybe' (KeyError), '!!timestamp x' (AttributeError).
+YAML_VALUE_ERRORS = (ValueError, AttributeError, TypeError, KeyError, IndexError, OverflowError)
+
+
 def _yaml_value(raw: str) -> Any:
     """An override's value read as YAML: a scalar or a flow collection."""
     if _nesting(raw) > _MAX_NESTING:
         return raw  # kept as text: the type check reports it
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except (yaml.YAMLError, RecursionError, ValueError, AttributeError, TypeError, KeyError):
+    except (yaml.YAMLError, RecursionError, *YAML_VALUE_ERRORS):
         # Not a YAML scalar: a tag PyYAML cannot apply ('!!int x', '!!bool maybe') or an int
         # over Python's 4300-digit limit. Keep the text; the key's type check reports it.
         return raw
@@ -358,12 +364,10 @@ def read_yaml(path: Path, label: str) -> Any:
         ) from None
     except RecursionError:
         raise ConfigError(f"{label}: not valid YAML (nested too deeply)") from None
-    except (ValueError, AttributeError, TypeError, KeyError) as e:
-        # PyYAML's constructors let these escape: a tag it cannot apply ('!!int x',
-        # '!!timestamp x', '!!bool maybe'), an int over Python's 4300-digit limit.
+    except YAML_VALUE_ERRORS as e:
         reason = " ".join(str(e).split())[:200]
-        if isinstance(e, KeyError):
-            reason = f"a tagged value it cannot read: {reason}"
+        if isinstance(e, KeyError | IndexError):
+            reason = f"a tagged value it cannot read: {reason or 'empty'}"
         raise ConfigError(f"{label}: not valid YAML ({reason})") from None
 
 

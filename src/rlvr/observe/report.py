@@ -104,10 +104,13 @@ def load_run(path: Path) -> Run:
     if config_path.exists():
         import yaml
 
+        from rlvr.config.fields import YAML_VALUE_ERRORS
+
         try:
             run.config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise DataError(f"{config_path}: invalid YAML ({str(e).splitlines()[0]})") from None
+        except (yaml.YAMLError, RecursionError, *YAML_VALUE_ERRORS) as e:
+            reason = (str(e).splitlines() or [type(e).__name__])[0]
+            raise DataError(f"{config_path}: invalid YAML ({reason})") from None
         if not isinstance(run.config, dict):
             raise DataError(f"{config_path}: expected a mapping of config sections")
     steps = {}

@@ -223,14 +223,15 @@ def check_same_config(
     default tree), as the run behaved before the key existed. With `allow_change`
     (--allow-config-change) the difference is passed to `warn` instead.
     """
-    import yaml
-
-    from rlvr.errors import UserError
+    from rlvr.config import read_yaml
 
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise UserError(f"--resume: {path} not found; nothing to resume")
-    saved = _flat(yaml.safe_load(path.read_text()) or {})
+    saved = read_yaml(path, f"--resume: {path}") or {}
+    if not isinstance(saved, dict):
+        raise UserError(f"--resume: {path}: expected a mapping of config sections")
+    saved = _flat(saved)
     now = _flat(config)
     diff = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
     diff = [k for k in diff if not k.startswith("logging.") and k not in RESULT_NEUTRAL_KEYS]

@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from rlvr.config.fields import split_flow_list
+from rlvr.config.fields import YAML_VALUE_ERRORS, split_flow_list
 from rlvr.errors import ConfigError, DataError
 
 # gym_reward is re-exported: "rlvr.data.tasks.gym:gym_reward" was its spec before it moved.
@@ -51,7 +51,7 @@ _SCAN_FACTOR = 200  # held-out scan: at most this many entries per requested pro
 def _setting_value(raw: str) -> Any:
     try:
         return yaml.safe_load(raw) if raw.strip() else ""
-    except (yaml.YAMLError, RecursionError, ValueError, AttributeError, TypeError, KeyError):
+    except (yaml.YAMLError, RecursionError, *YAML_VALUE_ERRORS):
         return raw.strip()  # not YAML ('[+', '!!int x'): the generator checks the text
 
 
