@@ -1,7 +1,8 @@
 """The strict math verifier reads the answers real models write (issue 24): math spans inside an
 answer line or box, trailing punctuation, percent words, several values in separate boxes, no
-thousands group after a leading zero. Each acceptance is pinned next to the defence that must
-still hold (a test that fails if the defence were missing)."""
+thousands group after a leading zero, a decimal comma against a one-decimal gold. Each
+acceptance is pinned next to the defence that must still hold (a test that fails if the defence
+were missing)."""
 
 import pytest
 
@@ -61,6 +62,13 @@ READ = [
     ("\\boxed{12 $ and $13}", "12, 13"),
     # "0,111" is not 111; math-verify's parser reads it as 0.111
     ("\\boxed{0,111}", "0.111"),
+    # against a gold that is one decimal, a decimal comma is that decimal
+    ("\\boxed{2,74}", "2.74"),
+    ("\\boxed{2{,}74}", "2.74"),
+    ("\\boxed{1000,99}", "1000.99"),
+    ("\\boxed{-0,5}", "-0.5"),
+    ("\\boxed{1,22}", "$1.22$"),
+    ("\\boxed{1,0000}", "1.0"),
     # a gold that is one math span among words is that span
     ("\\boxed{125}", "$125$ miles"),
 ]
@@ -112,7 +120,18 @@ REJECT = [
     ("\\boxed{0,111}", "111"),
     ("\\boxed{111}", "0{,}111"),
     ("\\boxed{0{,}111}", "111"),
-    ("\\boxed{1,22}", "1.22"),
+    # a decimal comma only against a one-decimal gold, and only that decimal
+    ("\\boxed{1.22}", "1,22"),
+    ("\\boxed{2,75}", "2.74"),
+    ("\\boxed{2,740}", "2.74"),
+    ("\\boxed{2, 74}", "2.74"),
+    ("\\boxed{2,7,4}", "2.74"),
+    ("\\boxed{2,74}", "274"),
+    ("\\boxed{2,74}", "2"),
+    ("\\boxed{2,74}", "74"),
+    ("\\boxed{2,74}", "2.74, 5"),
+    ("\\boxed{-2,74}", "2.74"),
+    ("\\boxed{2,74} or \\boxed{3,74}", "2.74"),
 ]
 
 

@@ -39,7 +39,9 @@ are pairs); `**` is `^`; plain `pi`, `sqrt`, `inf`, π, ∞, √ become LaTeX; "
 gold or answer that is only words ("Monday") is text, compared case-insensitively. A gold that
 is one math span among words (`$125$ miles`) is that span.
 
-Asymmetric on purpose (the gold is the reference): the decimal tolerance follows the gold; a gold
+Asymmetric on purpose (the gold is the reference): the decimal tolerance follows the gold; where
+the gold is one decimal written with a point, an answer `2,74` is the decimal 2.74 (a decimal
+comma: a pair could not match such a gold), but a gold `1,22` is always the pair; a gold
 equation `x = 5` accepts `5`, but a gold `5` accepts `x = 5` only as an assignment; a gold
 inequality/interval and a predicted interval/inequality are compared as sets; a gold set accepts
 its elements in any order (even written as a tuple), a gold tuple or point needs the order.
@@ -72,6 +74,7 @@ from rlvr.rewards.math_answer import (
     final_region,
     math_spans,
     normalize,
+    read_decimal_comma,
 )
 
 __all__ = [
@@ -225,7 +228,7 @@ def check_equivalence(answer: str, gold: str, float_rel_tol: float = 1e-6) -> bo
     inputs are trusted.
     """
     gold_expr, gold_text = _parse_gold(str(gold))
-    pred_text = normalize(answer)
+    pred_text = read_decimal_comma(normalize(answer), gold_text)
     if gold_expr is None:  # a gold math-verify cannot parse: compare the normalised text
         return bool(pred_text) and _compact(pred_text) == _compact(gold_text)
     pred = _parse(pred_text)

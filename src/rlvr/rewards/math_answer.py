@@ -286,6 +286,24 @@ _UNICODE.update({"≤": "\\le ", "≥": "\\ge ", "≠": "\\ne "})
 _PLAIN_WORDS = {"sqrt", "pi", "inf", "infinity", "sin", "cos", "tan", "log", "ln", "exp"}
 
 
+_DECIMAL = re.compile(r"[+-]?\d+\.\d+")
+_DECIMAL_COMMA = re.compile(r"([+-]?\d+)(?:,|\{,\})(\d+)")
+
+
+def read_decimal_comma(pred: str, gold: str) -> str:
+    """A normalised prediction `2,74` (or `2{,}74`) is the decimal 2.74 when the normalised gold
+    is one decimal number written with a point; otherwise the prediction is returned unchanged.
+
+    Read in the light of the gold: where the gold is one decimal, a pair is the wrong form and
+    would score 0 anyway, so `d,d` can only mean the decimal comma. A comma before a group of
+    three digits has already been read as a thousands separator by normalize(), and that reading
+    stands (`2,740` is 2740). A gold's own comma is never a decimal comma (gold `1,22` is the
+    pair, and `1.22` does not match it): the gold is the reference."""
+    if _DECIMAL.fullmatch(gold) and (m := _DECIMAL_COMMA.fullmatch(pred)):
+        return f"{m.group(1)}.{m.group(2)}"
+    return pred
+
+
 def normalize(text: str) -> str:
     """Notation-only rewriting applied to gold and prediction alike (the rules are in
     rlvr.rewards.math's docstring, "Normalisation")."""
