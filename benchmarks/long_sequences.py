@@ -15,11 +15,13 @@ one pass is timed and the peak read back (VmHWM; `ru_maxrss`, the whole process'
 /proc is missing); "peak growth" = peak - resident before the pass: what the pass itself
 needed.
 
-`short`: the crossover. Rows like the default run's (prompts of 8 tokens x G = 8, completions
-uniform in [max/6, max]; 16 prompts at max 32, fewer for longer maxima so that every point has
-~2.5k completion tokens) for completion maxima 32 ... 512, packed as the trainer packs them
-(token budget 2048, shared prompts, the model's pair cost), forward + backward of every
-micro-batch by each method, interleaved, least of --repeats; in-process, time only.
+`short`: the crossover. Rows like the default run's (prompts of 8 tokens, --prompt, x G = 8,
+completions uniform in [max/6, max]; 16 prompts at max 32, fewer for longer maxima so that every
+point has ~2.5k completion tokens) for completion maxima 32 ... 512, packed as the trainer packs
+them (token budget 2048, shared prompts, the model's pair cost), forward + backward of every
+micro-batch by each method, least of --repeats per micro-batch; in-process, time only. Each
+point also gives the segment rows' (query, key) pairs over the dense masks' (`pairs_ratio`),
+what `packed_attention=auto` picks for its micro-batches, and the time of that pick.
 
 Both run on one thread (torch.set_num_threads(1)), as the update measurements of
 docs/training-speed.md, so that a shared 2-core machine's other work disturbs them less.
@@ -160,10 +162,13 @@ def run_long(tokens: list[int], methods: list[str], timeout: float, shape: str) 
     return results
 
 
-def run_short(maxima: list[int], methods: list[str], repeats: int, shape: str) -> list[dict]:
+def run_short(
+    maxima: list[int], methods: list[str], repeats: int, shape: str, prompt_tokens: int = 8
+) -> list[dict]:
     import torch
 
     from rlvr.training.packing import attention_pair_cost, packed_micro_batches
+    from rlvr.training.segment_attention import attention_method, segment_pairs
 
     model = _model(shape)
     vocab = model.config.vocab_size
@@ -172,7 +177,7 @@ def run_short(maxima: list[int], methods: list[str], repeats: int, shape: str) -
         g = torch.Generator().manual_seed(top)
         prompts, completions = [], []
         for _ in range(max(1, 16 * 32 // top)):  # ~2.5k completion tokens whatever the length
-            prompt = torch.randint(3, vocab, (8,), generator=g)
+            prompt = torch.randint(3, vocab, (prompt_tokens,), generator=g)
             for _ in range(8):
                 prompts.append(prompt)
                 n = int(torch.randint(max(1, top // 6), top + 1, (1,), generator=g))
@@ -186,19 +191,31 @@ def run_short(maxima: list[int], methods: list[str], repeats: int, shape: str) -
             share_prompts=True,
             pair_cost=attention_pair_cost(model),
         )
-        times: dict[str, list[float]] = {m: [] for m in methods}
-        for _ in range(repeats + 1):  # the first round is a warm-up
+        # per micro-batch and method, the least of the repeats: on a shared machine the other
+        # processes only add time
+        times = [{m: float("inf") for m in methods} for _ in packs]
+        for r in range(repeats + 1):  # the first round is a warm-up
             for method in methods:
-                start = time.perf_counter()
-                for packed in packs:
+                for k, packed in enumerate(packs):
+                    start = time.perf_counter()
                     _pass(model, packed, method)
-                times[method].append(time.perf_counter() - start)
+                    if r:
+                        times[k][method] = min(times[k][method], time.perf_counter() - start)
+        auto = [attention_method("auto", p.segment_ids, p.parent_ids) for p in packs]
+        pairs = sum(segment_pairs(p.segment_ids, p.parent_ids) for p in packs)
         row = {
+            "prompt_tokens": prompt_tokens,
             "completion_max": top,
             "shapes": sorted({tuple(p.input_ids.shape) for p in packs}, key=lambda s: -s[1]),
-            # the least of the repeats: on a shared machine the other processes only add time
-            **{f"{m}_seconds": round(min(times[m][1:]), 4) for m in methods},
+            # the segment rows' (query, key) pairs over the dense masks' S * W^2
+            "pairs_ratio": round(
+                pairs / sum(p.input_ids.numel() * p.input_ids.shape[1] for p in packs), 3
+            ),
+            **{f"{m}_seconds": round(sum(t[m] for t in times), 4) for m in methods},
+            "auto": sorted(set(auto)),
         }
+        if set(auto) <= set(methods):
+            row["auto_seconds"] = round(sum(t[a] for t, a in zip(times, auto)), 4)
         print(json.dumps(row), flush=True)
         results.append(row)
     return results
@@ -213,6 +230,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=150.0, help="seconds per long point")
     parser.add_argument("--shape", choices=["embedded", "smollm2"], default="embedded")
+    parser.add_argument(
+        "--prompt", type=int, default=8, help="short: prompt tokens (8, the default run's)"
+    )
     parser.add_argument("--point", nargs=2, metavar=("TOKENS", "METHOD"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     import torch
@@ -223,7 +243,9 @@ def main() -> None:
         return
     summary: dict = {"shape": args.shape}
     if args.only in (None, "short"):
-        summary["short"] = run_short(args.maxima, args.methods, args.repeats, args.shape)
+        summary["short"] = run_short(
+            args.maxima, args.methods, args.repeats, args.shape, args.prompt
+        )
     if args.only in (None, "long"):
         summary["long"] = run_long(args.tokens, args.methods, args.timeout, args.shape)
     print(json.dumps(summary))

@@ -243,3 +243,39 @@ def test_estimate_measures_the_tasks_prompts_with_the_models_tokenizer(capsys):
     assert main(["estimate"]) == 0
     plain = int(capsys.readouterr().out.split("of up to ")[1].split("+")[0])
     assert longer > 2 * plain  # two worked examples before every prompt
+
+
+def test_the_estimate_plans_the_attention_auto_chooses():
+    from dataclasses import replace
+
+    from rlvr.training.memory import ModelShape, RunPlan, estimate
+
+    shape = ModelShape(
+        num_parameters=10**8,
+        trainable_parameters=10**8,
+        num_layers=10,
+        hidden_size=512,
+        num_kv_heads=2,
+        head_dim=64,
+        vocab_size=32000,
+        num_heads=8,
+        intermediate_size=1536,
+    )
+
+    def activations(plan: RunPlan) -> float:
+        parts = estimate(
+            shape, plan, precision="fp32", kl_coef=0.0, lora=False, gradient_checkpointing=False
+        )
+        return parts["activations"]
+
+    # few-shot prompts of 250 shared by 8 completions of 48: width 634, rows of 298 would
+    # attend over 710k pairs, the mask spans 402k: auto keeps the mask, as `dense` does
+    long = RunPlan(prompt_tokens=250, max_new_tokens=48, prompts=8, group_size=8, decoded_rows=64)
+    auto, dense, rows = (
+        activations(replace(long, packed_attention=a)) for a in ("auto", "dense", "segments")
+    )
+    assert auto == dense != rows
+    # prompts of 8: width 392, rows of 56: fewer pairs than the mask, auto runs the segments
+    short = replace(long, prompt_tokens=8)
+    assert activations(short) == activations(replace(short, packed_attention="segments"))
+    assert activations(short) != activations(replace(short, packed_attention="dense"))

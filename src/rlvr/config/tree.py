@@ -371,7 +371,9 @@ class TrainingConfig:
         "auto",
         "packed update's attention: dense (a [W, W] mask per sequence), segments (each row's "
         "own causal attention, no mask: memory linear in the tokens), flex (FlexAttention, "
-        "CUDA only), auto (dense up to width 384, segments above); docs/training-speed.md",
+        "CUDA only), auto (dense up to width 384, and up to 4096 where the segments would "
+        "attend over more pairs, as with long shared prompts; segments otherwise); "
+        "docs/training-speed.md",
         choices=["auto", "dense", "segments", "flex"],
     )
     skip_zero_advantage: bool = _f(

@@ -13,10 +13,11 @@ Both paths share one interface, chosen by `training.token_budget`:
   micro-batches of at most `token_budget` tokens, block-diagonal attention, one prompt copy per
   shared-prompt unit; log-probs from the decoder's hidden states at completion positions only,
   projected to the vocabulary in chunks (rlvr.training.packing). The attention of a micro-batch
-  follows `training.packed_attention` and its width (`attention_method`: under `auto` the dense
-  mask up to 384 positions, mask-free segments above). Before its first unit it checks once
-  that the model's logits are its output head applied to its hidden states, and that the
-  mask-free attention reproduces the dense mask's on this model (`check`).
+  follows `training.packed_attention` and its layout (`attention_method`: under `auto` the dense
+  mask up to 384 positions, and up to 4096 where the mask-free rows would attend over more
+  pairs, as with long shared prompts; mask-free segments otherwise). Before its first unit it
+  checks once that the model's logits are its output head applied to its hidden states, and
+  that the mask-free attention reproduces the dense mask's on this model (`check`).
 Both give the same log-probs within fp32 rounding (tests/training/test_packing.py).
 """
 
@@ -130,7 +131,7 @@ class PackedForward:
             chunk_size=self.chunk_size,
             with_entropy=with_entropy,
             entropy_grad=entropy_grad,
-            attention=attention_method(self.attention, unit.input_ids.shape[1]),
+            attention=attention_method(self.attention, unit.segment_ids, unit.parent_ids),
         )
 
     def token_counts(self, unit: Unit) -> tuple[int, int]:

@@ -54,8 +54,10 @@ of one step):
                                     autograd keeps (measured, `activation_elements`); b_a = 4
                                     in fp32, 2 under bf16; h * b_a per token and layer with
                                     gradient checkpointing; attention: the dense mask's
-                                    S * W * 8 bytes up to width 384, else the mask-free path's
-                                    per-row copies of a shared prompt's keys
+                                    S * W * 8 bytes where packed_attention=auto keeps it (up to
+                                    width 384, or 4096 when G rows of P + C would attend over
+                                    more pairs than W²), else the mask-free path's per-row
+                                    copies of a shared prompt's keys
   backward        S * (2f + h) * b_a (+ S * (6h + 4q + 4f) * b_a)
                                     the backward's own tensors on top of the saved
                                     activations and the gradients (one layer's MLP and
@@ -190,7 +192,6 @@ def model_shape(config: Any, lora_rank: int = 0, lora_targets: list[str] | None 
 
 RUNTIME_BYTES = 440 * 2**20  # a run's memory besides its model: measured, docs/memory.md
 KV_LENGTH_QUANTUM = 64  # the fast engine rounds its cache length up to this
-DENSE_ATTENTION_MAX_WIDTH = 384  # packed_attention=auto: dense mask up to this width
 
 
 def activation_elements(shape: ModelShape) -> int:
@@ -315,6 +316,8 @@ def _update(
     shape: ModelShape, plan: RunPlan, b_a: int, gradient_checkpointing: bool
 ) -> dict[str, float]:
     """Activations of the largest micro-batch of the update and its vocabulary temporaries."""
+    from rlvr.training.segment_attention import auto_attention  # torch: only when planning
+
     p, c, g = plan.prompt_tokens, plan.max_new_tokens, plan.group_size
     layers, h = shape.num_layers, shape.hidden_size
     per_layer = b_a * (h if gradient_checkpointing else activation_elements(shape))
@@ -332,8 +335,10 @@ def _update(
         units = min(units, plan.prompts * g // rows, max(1, plan.micro_batch_rows // rows))
         tokens, width = units * unit, unit
         extra = 0.0
+        # the segment rows: each completion with its prompt (shared), or each row alone
+        pairs = rows * (p + c) ** 2 if plan.share_prompts else unit**2
         dense = plan.packed_attention == "dense" or (
-            plan.packed_attention == "auto" and width <= DENSE_ATTENTION_MAX_WIDTH
+            plan.packed_attention == "auto" and auto_attention(width, 1, pairs) == "dense"
         )
         if dense:  # the [S, 1, W, W] additive mask and its boolean temporaries
             extra = tokens * width * 4.0 * 2

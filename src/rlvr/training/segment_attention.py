@@ -48,6 +48,15 @@ sequences"): segments / dense time 1.09-1.16 at the default run's widths (65-90)
 104-136, 0.95-1.00 at 207-373, 0.88-0.95 at 369-501 (SmolLM2's layer shape: 1.05 at 249-335,
 0.84 at 297-659); the mask is a few MiB at these widths."""
 
+DENSE_SHARED_MAX_WIDTH = 4096
+"""`training.packed_attention=auto`, widths above DENSE_MAX_WIDTH: the dense mask is kept up to
+this width when the segment rows would attend over more (query, key) pairs than the mask spans,
+as when completions share a long prompt and each row runs it again. Measured on the 2-core CPU
+with SmolLM2's layer shape (benchmarks/long_sequences.py --only short --shape smollm2 --prompt
+250; docs/training-speed.md): segments / dense time 1.06-1.49 where the rows' pairs are 1.3-3.7x
+the mask's, 0.73-0.97 where they are 0.58-1.01x. Above this width the mask (64 MiB a sequence
+in fp32 at 4096) is not kept whatever the pairs: memory stays linear in the tokens."""
+
 BUCKET_RATIO = 0.8
 """A row joins a batch while its length is at least this fraction of the batch's longest row:
 at most 25% of a batch's positions are padding."""
@@ -293,13 +302,52 @@ def use_packed_attention(model: Any) -> None:
     config._attn_implementation = name
 
 
-def attention_method(choice: str, width: int) -> str:
-    """The attention of a packed micro-batch of width `width` under `training.packed_attention`:
-    `auto` keeps the dense mask up to DENSE_MAX_WIDTH (faster there on the CPU) and runs
-    segments above; any other choice as given."""
-    if choice == "auto":
-        return "dense" if width <= DENSE_MAX_WIDTH else "segments"
-    return choice
+def segment_pairs(segment_ids: torch.Tensor, parent_ids: torch.Tensor | None) -> int:
+    """The (query, key) pairs the segment rows of a packed [S, W] layout attend over, L² a row
+    of length L: [parent | own] for a completion of a shared unit (the prompt once per
+    completion), [own] for any other run without children. The dense mask spans S · W²."""
+    total = 0
+    parents = segment_ids if parent_ids is None else parent_ids
+    for seg, par in zip(segment_ids.tolist(), parents.tolist()):
+        lengths: dict[int, int] = {}
+        parent_of: dict[int, int] = {}
+        for sid, pid in zip(seg, par):
+            lengths[sid] = lengths.get(sid, 0) + 1
+            if pid != sid:
+                parent_of[sid] = pid
+        with_children = set(parent_of.values())
+        for sid, n in lengths.items():
+            if sid in parent_of:
+                total += (lengths[parent_of[sid]] + n) ** 2
+            elif sid not in with_children:
+                total += n * n
+    return total
+
+
+def attention_method(
+    choice: str, segment_ids: torch.Tensor, parent_ids: torch.Tensor | None = None
+) -> str:
+    """The attention of a packed micro-batch ([S, W] segment and parent ids) under
+    `training.packed_attention`. `auto`: the dense mask up to DENSE_MAX_WIDTH (faster there on
+    the CPU); segments above DENSE_SHARED_MAX_WIDTH; in between, segments unless its rows attend
+    over more pairs than the mask spans (long shared prompts). Any other choice as given."""
+    if choice != "auto":
+        return choice
+    s, w = segment_ids.shape
+    if w <= DENSE_MAX_WIDTH or w > DENSE_SHARED_MAX_WIDTH:  # no need to count the pairs
+        return auto_attention(w, s, 0)
+    return auto_attention(w, s, segment_pairs(segment_ids, parent_ids))
+
+
+def auto_attention(width: int, sequences: int, pairs: int) -> str:
+    """`training.packed_attention=auto` for `sequences` packed sequences of width `width` whose
+    segment rows attend over `pairs` (query, key) pairs (segment_pairs): "dense" or "segments".
+    Also what `rlvr estimate` plans (rlvr.training.memory)."""
+    if width <= DENSE_MAX_WIDTH:
+        return "dense"
+    if width <= DENSE_SHARED_MAX_WIDTH and pairs > sequences * width * width:
+        return "dense"
+    return "segments"
 
 
 def packed_attention_inputs(
