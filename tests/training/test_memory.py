@@ -194,11 +194,11 @@ def test_backward_formula_matches_the_live_memory_the_backward_adds(layers):
         assert abs(predicted - measured) / measured < 0.1, (attention, predicted, measured)
 
 
-def test_estimate_takes_the_widest_phase_and_bounds_the_prefill(capsys):
-    from rlvr.config import load_config
-    from rlvr.training.memory import ModelShape, estimate, plan_of
+def _shape_100m():
+    """A 100M-parameter Llama-family shape: 10 layers, hidden 512, 8 heads sharing 2 K/V."""
+    from rlvr.training.memory import ModelShape
 
-    shape = ModelShape(
+    return ModelShape(
         num_parameters=10**8,
         trainable_parameters=10**8,
         num_layers=10,
@@ -209,6 +209,13 @@ def test_estimate_takes_the_widest_phase_and_bounds_the_prefill(capsys):
         num_heads=8,
         intermediate_size=1536,
     )
+
+
+def test_estimate_takes_the_widest_phase_and_bounds_the_prefill(capsys):
+    from rlvr.config import load_config
+    from rlvr.training.memory import estimate, plan_of
+
+    shape = _shape_100m()
     cfg = load_config(
         None, ["rollout.prompts_per_step=8", "rollout.max_new_tokens=100", "eval.size=0"]
     )
@@ -248,19 +255,9 @@ def test_estimate_measures_the_tasks_prompts_with_the_models_tokenizer(capsys):
 def test_the_estimate_plans_the_attention_auto_chooses():
     from dataclasses import replace
 
-    from rlvr.training.memory import ModelShape, RunPlan, estimate
+    from rlvr.training.memory import RunPlan, estimate
 
-    shape = ModelShape(
-        num_parameters=10**8,
-        trainable_parameters=10**8,
-        num_layers=10,
-        hidden_size=512,
-        num_kv_heads=2,
-        head_dim=64,
-        vocab_size=32000,
-        num_heads=8,
-        intermediate_size=1536,
-    )
+    shape = _shape_100m()
 
     def activations(plan: RunPlan) -> float:
         parts = estimate(
