@@ -76,7 +76,7 @@ def keep_freed_memory(map_large_blocks: bool = False) -> bool:
     kernel when freed instead. Returns whether the setting is in effect: False off Linux or
     without glibc. Idempotent; a later call with the other choice switches to it."""
     global _applied
-    if _applied is not None and _applied == map_large_blocks:
+    if _applied == map_large_blocks:  # never while None: nothing applied yet
         return True
     mallopt = glibc_mallopt()
     if mallopt is None:
