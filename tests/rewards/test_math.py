@@ -237,8 +237,10 @@ def test_boxed_contents_match_nested_braces(text, expected):
 
 
 def test_answer_tags_take_precedence_over_answer_lines():
-    found = extract_answers("<answer>7</answer>\nAnswer: 8")
+    found = extract_answers("Answer: 8\n<answer>7</answer>")
     assert found.answers == ("7",) and not found.problem
+    # an answer line after the last tag restates the answer: another answer (a hedge)
+    assert extract_answers("<answer>7</answer>\nAnswer: 8").answers == ("7", "8")
 
 
 def test_answer_line_is_used_only_without_tags_or_boxes():

@@ -23,6 +23,10 @@ SET_RELATION = (
     "expects 1, so no single reading agrees with both; rlvr always compares a relation with a "
     "set (-2 <= x <= 7 is x in [-2, 7])"
 )
+APPROX = (
+    "a relation other than equality never matches a value: x \\approx 11 states no value, and "
+    "upstream accepts it by dropping what follows \\approx (so 1/3 \\approx 1.3 reads 1/3)"
+)
 LATEX_ONLY = (
     "upstream restricts this test to LaTeX extraction; the lenient reading, like math-verify's "
     "default, also reads plain numbers, and 9 is the answer the text states"
@@ -35,6 +39,9 @@ SHARED = {
     ("test_complex_math_expressions", 7): EXACT,
     ("test_complex_math_expressions", 13): EXACT,
     ("test_set_rel_assymetry", 3): SET_RELATION,
+    ("test_relations_math", 13): APPROX,
+    ("test_relations_math", 15): APPROX,
+    ("test_relations_math", 16): APPROX,
 }
 STRICT_BOXED = SHARED
 LENIENT = {**SHARED, ("test_latex_notation", 5): LATEX_ONLY, ("test_latex_notation", 6): LATEX_ONLY}
@@ -72,13 +79,13 @@ def test_the_data_is_the_210_upstream_cases():
     assert sum(c["expected"] == 0 for c in cases) == 36
 
 
-def test_lenient_reading_agrees_on_202_and_accepts_no_wrong_answer_undocumented():
+def test_lenient_reading_agrees_on_199_and_accepts_no_wrong_answer_undocumented():
     verifier = MathVerifier(timeout_s=10.0, lenient=True)
     try:
         found = disagreements(verifier, "prediction")
     finally:
         verifier.close()
-    assert 210 - len(found) >= 202
+    assert 210 - len(found) >= 199
     assert found.keys() == LENIENT.keys(), "disagreements changed: update docs/verifiers.md"
     accepted_wrong = {key for key, verdict in found.items() if verdict == 1}
     assert accepted_wrong == {
@@ -88,13 +95,13 @@ def test_lenient_reading_agrees_on_202_and_accepts_no_wrong_answer_undocumented(
     }
 
 
-def test_strict_reading_with_each_answer_boxed_agrees_on_204():
+def test_strict_reading_with_each_answer_boxed_agrees_on_201():
     verifier = MathVerifier(timeout_s=10.0)
     try:
         found = disagreements(verifier, "boxed")
     finally:
         verifier.close()
-    assert 210 - len(found) >= 204
+    assert 210 - len(found) >= 201
     assert found.keys() == STRICT_BOXED.keys(), "disagreements changed: update docs/verifiers.md"
     assert {key for key, verdict in found.items() if verdict == 1} == {
         ("test_set_rel_assymetry", 3)

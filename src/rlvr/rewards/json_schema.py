@@ -5,28 +5,54 @@
     reward = [object == expected]    per_field=False (the default): exact comparison
     reward = matching fields / len(expected)   per_field=True, for an "expected" object
 
-The object: the last top-level `{...}` in the text after the reasoning (rewards/structured.py)
-that parses as JSON; prose and code fences around it are ignored, and an earlier object is not
-the answer. Strict JSON only: no NaN or Infinity (nor 1e999, which overflows), no duplicate
-keys (parsers disagree on which one wins), nesting and size bounded (`max_chars` of text are
-searched). Only an object is an answer: a top-level array or number is not.
+The answer: the last top-level balanced `{...}` in the text after the reasoning
+(rewards/structured.py); prose and code fences around it are ignored. When that last `{...}` is
+not strict JSON there is no answer: an earlier object never stands in for it, or a completion
+could be graded on one object while a lenient reader (Python's own `json.loads` takes NaN and
+the last of duplicate keys) reads another. Strict JSON: no NaN or Infinity (nor 1e999, which
+overflows), no duplicate keys, no lone surrogate (`"\\ud800"`), at most MAX_DEPTH levels of
+objects and arrays, `max_chars` of text searched. Only an object is an answer: a top-level array
+or number is not.
 
 Validation uses the `jsonschema` library (`pip install 'rlvr[structured]'`) with the validator
-the schema's `$schema` names (the newest draft by default) and format checking on (`"format":
-"date"`, `"email"`, ...: a malformed value fails). A schema the library rejects is a DataError
-naming the sample; so is a `$ref` it cannot resolve (remote references are never fetched).
-Validation runs in a worker process killed after `timeout_s`: a schema's `pattern` is a regex
-that can backtrack for hours on a crafted string.
+the schema's `$schema` names (the newest draft when it names none or one jsonschema does not
+know) and format checking on. It never reads the network or the filesystem: references resolve
+only inside the schema itself and against the metaschemas jsonschema bundles, through a
+`referencing.Registry` whose retrieve function refuses every URI (a `$schema` URI is never
+dereferenced either).
+
+Bad schemas: a schema that is not plain JSON within MAX_SCHEMA_DEPTH levels (NaN as a
+`maximum` would pass every number) is a DataError naming the sample, as is one the library
+rejects, a reference that does not resolve inside it, and any other failure of the validation
+(a `{"$ref": "#"}` loop past Python's recursion limit, a pointer into a string): the answer is
+plain bounded JSON, so the schema is the cause, and its owner is the one to hear of it. Raised
+on the completion that reaches the fault, it is that completion's failure (the Scorer scores it
+0 and counts it), not the run's end. Validation runs in a worker process killed after
+`timeout_s` (a schema's `pattern` is a regex that can backtrack for hours on a crafted string);
+past it, or when the worker crashes, the answer scores 0.
+
+Where Python's reading would pass answers the schema's author meant to refuse, it is narrowed:
+- `$` in `pattern` and `patternProperties` matches only at the end of the string, as in
+  ECMA-262, the regex dialect of JSON Schema (Python's `$` also matches before a final
+  newline, so `^[a-z]+$` would pass "abc\\n"); patterns with a multiline flag `(?m` are left
+  alone, and error details show the rewritten pattern.
+- formats: `email` and `idn-email` need a dot-atom local part and a hostname (or bracketed IP)
+  domain (jsonschema only asks for an `@`); `uuid` is the 8-4-4-4-12 hex form (jsonschema lets
+  Python's UUID() strip braces and "urn:"); date, time, address and URI formats refuse control
+  characters (the date-time checker's `$` passes a trailing newline); `regex` refuses a pattern
+  that overflows Python's parser.
 
 Comparison: JSON values (rewards.code.json_equal): `true` is not `1`, `1` equals `1.0`, object
 key order does not matter. Per field: each top-level key of "expected" scores when the object
 has an equal value there.
 
-Sample: {"schema": object or JSON string, "expected": JSON value (optional)}.
+Sample: {"schema": object or strict-JSON string, "expected": JSON value (optional)}.
 """
 
 from __future__ import annotations
 
+import copy
+import ipaddress
 import json
 import math
 import re
@@ -39,9 +65,12 @@ from rlvr.rewards.code import json_equal
 from rlvr.rewards.structured import CheckTimeout, IsolatedCheck, after_reasoning
 
 EXTRA_HINT = "pip install 'rlvr[structured]' (or pip install jsonschema)"
-MAX_DEPTH = 64
+MAX_DEPTH = 64  # objects and arrays in an answer; validation recursion stays far from the limit
+MAX_SCHEMA_DEPTH = 128  # objects and arrays in a schema; real ones nest a few dozen at most
 MAX_RESCANS = 16
+MESSAGE_CHARS = 200
 _SPECIAL = re.compile(r'[{}"\\]')
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Duplicate(ValueError):
@@ -76,13 +105,51 @@ def parse_json(text: str) -> Any:
     )
 
 
+def json_problem(value: Any, max_depth: int) -> str:
+    """Why `value` is not plain JSON within `max_depth` levels of objects and arrays, or "".
+
+    Plain JSON: dict (str keys), list, str without lone surrogates, int, finite float, bool,
+    None. Iterative, and a container is walked again only when met deeper than before, so a
+    deep value costs its size and one that shares sub-objects (a schema built in Python) at
+    most its size times max_depth."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    deepest: dict[int, int] = {}  # container id -> the greatest depth it was walked at
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return "has a lone surrogate in a string"
+        elif isinstance(item, (dict, list)):
+            if depth >= max_depth:  # also how a container that holds itself ends
+                return f"nests deeper than {max_depth} levels"
+            if deepest.get(id(item), -1) >= depth:
+                continue
+            deepest[id(item)] = depth
+            if isinstance(item, dict):
+                for key in item:
+                    if not isinstance(key, str):
+                        return f"has a non-string key ({type(key).__name__})"
+                    stack.append((key, depth))
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"holds {item}"
+        elif not (item is None or isinstance(item, (bool, int))):
+            return f"holds a {type(item).__name__}"
+    return ""
+
+
 def object_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of every top-level balanced `{...}` outside JSON strings, in order.
 
     An unclosed `{` (prose such as "a set {1, 2") is skipped by scanning again from the next
     `{`; after `MAX_RESCANS` scans that reach the end unclosed the search stops (crafted text
-    then has no object), and nesting deeper than MAX_DEPTH is skipped, so the work stays a
-    small multiple of the text's length."""
+    then has no object). A `{...}` nested deeper than MAX_DEPTH ends the search as the last
+    span, with end -1: it is not an answer, and what follows it is not looked at (resuming
+    inside it would let an object nested in a too-deep one pass for a top-level answer). So
+    the work stays a small multiple of the text's length."""
     spans: list[tuple[int, int]] = []
     begin, rescans = 0, 0
     while rescans <= MAX_RESCANS:
@@ -104,8 +171,8 @@ def object_spans(text: str) -> list[tuple[int, int]]:
             elif c == "{":
                 depth += 1
                 if depth > MAX_DEPTH:
-                    resume = i + 1
-                    break
+                    spans.append((start, -1))
+                    return spans
             elif c == "}":
                 depth -= 1
                 if depth == 0:
@@ -120,45 +187,273 @@ def object_spans(text: str) -> list[tuple[int, int]]:
 
 
 def final_object(completion: str, max_chars: int) -> tuple[dict[str, Any] | None, str]:
-    """(the last top-level JSON object after the reasoning, or None; why not)."""
+    """(the answer: the last top-level `{...}` after the reasoning, if it is strict JSON within
+    MAX_DEPTH levels; else None, and why not)."""
     text = after_reasoning(completion)
     if text is None:
         return None, "no answer: the reasoning is not closed"
     if len(text) > max_chars:
         return None, f"answer longer than {max_chars} characters"
-    for start, end in reversed(object_spans(text)):
+    spans = object_spans(text)
+    if not spans:
+        return None, "no JSON object"
+    start, end = spans[-1]
+    if end < 0:
+        return None, f"no answer: the last object nests deeper than {MAX_DEPTH} levels"
+    try:
+        value = parse_json(text[start:end])
+    except RecursionError:
+        return None, "no answer: the last object nests too deep to parse"
+    except ValueError as e:
+        return None, f"no answer: the last {{...}} is not strict JSON ({e})"[:MESSAGE_CHARS]
+    problem = json_problem(value, MAX_DEPTH)
+    if problem:
+        return None, f"no answer: the last object {problem}"
+    return value, ""
+
+
+# --- worker side ----------------------------------------------------------------------------
+
+# Reads a pattern as multiline, where `$` before a newline is what the author asked for.
+_MULTILINE_FLAG = re.compile(r"\(\?[a-zA-Z]*m")
+_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_EMAIL = re.compile(rf"(?P<local>{_ATOM}(?:\.{_ATOM})*)@(?P<domain>{_LABEL}(?:\.{_LABEL})*)")
+_IDN_ATOM = r"(?:[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]|[^\x00-\x7f\s])+"
+_IDN_LABEL = r"[^\W_](?:(?:[^\W_]|-)*[^\W_])?"
+_IDN_EMAIL = re.compile(
+    rf"(?P<local>{_IDN_ATOM}(?:\.{_IDN_ATOM})*)@(?P<domain>{_IDN_LABEL}(?:\.{_IDN_LABEL})*)"
+)
+_IP_LITERAL = re.compile(r"(?P<local>[^@]+)@\[(?:IPv6:(?P<v6>[^\]]+)|(?P<v4>[0-9.]+))\]")
+_UUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Formats whose values are one line of printable text; a control character (a trailing
+# newline that a checker's `$` lets through) makes the value malformed.
+_ONE_LINE_FORMATS = frozenset(
+    "date date-time time duration email idn-email hostname idn-hostname host-name ipv4 ipv6 "
+    "ip-address uri uri-reference iri iri-reference uri-template uuid color".split()
+)
+
+
+def _is_email(instance: object, pattern: re.Pattern[str] = _EMAIL) -> bool:
+    """An address `local@domain`: dot-atom local part (at most 64 characters), hostname domain
+    (at most 253) or a bracketed IP literal. Quoted local parts are refused: no RL task needs
+    them, and each accepted oddity is one more string that passes for an address."""
+    if not isinstance(instance, str):
+        return True
+    if len(instance) > 320:
+        return False
+    literal = _IP_LITERAL.fullmatch(instance)
+    if literal is not None:
+        local = literal["local"]
         try:
-            value = parse_json(text[start:end])
-        except (ValueError, RecursionError):
+            if literal["v6"] is not None:
+                ipaddress.IPv6Address(literal["v6"])
+            else:
+                ipaddress.IPv4Address(literal["v4"])
+        except ValueError:
+            return False
+        return len(local) <= 64 and _is_email(local + "@a", pattern)
+    match = pattern.fullmatch(instance)
+    return match is not None and len(match["local"]) <= 64 and len(match["domain"]) <= 253
+
+
+def _is_idn_email(instance: object) -> bool:
+    return _is_email(instance, _IDN_EMAIL)
+
+
+def _is_uuid(instance: object) -> bool:
+    return not isinstance(instance, str) or _UUID.fullmatch(instance) is not None
+
+
+def _is_regex(instance: object) -> bool:
+    return not isinstance(instance, str) or bool(re.compile(instance))
+
+
+def _one_line(check: Callable[[object], bool]) -> Callable[[object], bool]:
+    def checked(instance: object) -> bool:
+        if isinstance(instance, str) and _CONTROL.search(instance):
+            return False
+        return check(instance)
+
+    return checked
+
+
+def format_checker(validator_class: Any) -> Any:
+    """The validator class's own FormatChecker, with the narrowings the module docstring lists;
+    a format the class does not check (uuid before 2019-09) stays unchecked."""
+    import jsonschema
+
+    base = validator_class.FORMAT_CHECKER
+    checker = jsonschema.FormatChecker(formats=())
+    stricter: dict[str, tuple[Callable[[object], bool], Any]] = {
+        "email": (_is_email, ()),
+        "idn-email": (_is_idn_email, ()),
+        "uuid": (_is_uuid, ()),
+        # A deeply nested group overflows Python's recursive regex parser: a malformed pattern.
+        "regex": (_is_regex, (re.error, RecursionError, OverflowError, ValueError)),
+    }
+    for name, (check, raises) in base.checkers.items():
+        check, raises = stricter.get(name, (check, raises))
+        if name in _ONE_LINE_FORMATS:
+            check = _one_line(check)
+        checker.checks(name, raises)(check)
+    return checker
+
+
+def end_anchored(pattern: str) -> str:
+    """`pattern` with each `$` that is an anchor (not escaped, not in a character class)
+    rewritten to `\\Z`: the end of the string only, as ECMA-262 reads `$` without its multiline
+    flag. A pattern that sets the multiline flag is returned unchanged."""
+    if _MULTILINE_FLAG.search(pattern):
+        return pattern
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
             continue
-        if isinstance(value, dict):
-            return value, ""
-    return None, "no JSON object"
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":  # a `]` first in a class is a literal
+                j += 1
+            out.append(pattern[i:j])
+            i = j
+            continue
+        elif c == "$":
+            c = r"\Z"
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _with_end_anchors(schema: Any, validator_class: Any) -> Any:
+    """A copy of `schema` whose `pattern`s and `patternProperties` keys are `end_anchored`.
+
+    Subschemas are found the way `referencing` finds them for the schema's dialect, so a
+    "pattern" key inside `const`, `enum` or `properties` data is not taken for the keyword."""
+    import referencing.jsonschema
+    from referencing import Resource
+
+    schema = copy.deepcopy(schema)
+    default = referencing.jsonschema.specification_with(
+        str(validator_class.META_SCHEMA.get("$schema", "")),
+        default=referencing.jsonschema.DRAFT202012,
+    )
+    stack = [Resource.from_contents(schema, default_specification=default)]
+    seen: set[int] = set()
+    while stack:
+        resource = stack.pop()
+        contents = resource.contents
+        if not isinstance(contents, dict) or id(contents) in seen:
+            continue
+        seen.add(id(contents))
+        if isinstance(contents.get("pattern"), str):
+            contents["pattern"] = end_anchored(contents["pattern"])
+        properties = contents.get("patternProperties")
+        if isinstance(properties, dict):
+            anchored: dict[str, Any] = {}
+            for key, subschema in properties.items():
+                new = end_anchored(key)
+                if new in anchored:
+                    raise _PatternClash(f"patternProperties {key!r} and {new!r} are one pattern")
+                anchored[new] = subschema
+            contents["patternProperties"] = anchored
+        stack.extend(resource.subresources())
+    return schema
+
+
+class _PatternClash(ValueError):
+    pass
+
+
+def _refuse(uri: str) -> Any:
+    """The Registry's retrieve function: nothing outside the schema is ever fetched."""
+    from referencing.exceptions import NoSuchResource
+
+    raise NoSuchResource(ref=uri)
+
+
+def local_registry() -> Any:
+    """A `referencing.Registry` that refuses to retrieve any URI. jsonschema adds the
+    metaschemas it bundles to it; everything else must be inside the schema."""
+    from referencing import Registry
+
+    return Registry(retrieve=_refuse)
+
+
+def _reference(error: Exception) -> str:
+    """The reference an Unresolvable names, as the schema would write it."""
+    from referencing.exceptions import InvalidAnchor, NoSuchAnchor, PointerToNowhere
+
+    # jsonschema wraps referencing's error in its own, raised from it.
+    cause = error.__cause__ if isinstance(error.__cause__, Exception) else error
+    ref = str(getattr(cause, "ref", ""))
+    if isinstance(cause, PointerToNowhere):
+        return "#" + ref
+    if isinstance(cause, (NoSuchAnchor, InvalidAnchor)):
+        return f"{ref}#{cause.anchor}"
+    return ref
+
+
+def _one_line_text(text: str) -> str:
+    return " ".join(text.split())[:MESSAGE_CHARS]
 
 
 def _validator(_: Any) -> Callable[[tuple[Any, Any]], tuple[str, str]]:
-    """Worker side: (schema, instance) -> ("ok" | "invalid" | "bad_schema" | "missing", text)."""
+    """Worker side: (schema, instance) -> (kind, text); kind is "ok", "invalid" (the instance
+    breaks the schema), "bad_schema" (the sample's fault: text says why) or "missing"."""
     try:
         import jsonschema
         from referencing.exceptions import Unresolvable
     except ImportError:
         return lambda payload: ("missing", EXTRA_HINT)
 
+    registry = local_registry()
+    newest = jsonschema.validators.validator_for({})
+    checkers: dict[Any, Any] = {}
+
     def validate(payload: tuple[Any, Any]) -> tuple[str, str]:
         schema, instance = payload
         try:
-            cls = jsonschema.validators.validator_for(schema)
-            cls.check_schema(schema)
-            validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+            # `default` given: an unknown `$schema` reads as the newest draft, without the
+            # warning jsonschema prints for it.
+            cls = jsonschema.validators.validator_for(schema, default=newest)
+            meta_class = jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls)
+            meta = meta_class(
+                cls.META_SCHEMA, registry=registry, format_checker=meta_class.FORMAT_CHECKER
+            )
+            problem = jsonschema.exceptions.best_match(meta.iter_errors(schema))
+            if problem is not None:
+                return "bad_schema", "is not a valid schema: " + _one_line_text(problem.message)
+            if cls not in checkers:
+                checkers[cls] = format_checker(cls)
+            validator = cls(
+                _with_end_anchors(schema, cls), registry=registry, format_checker=checkers[cls]
+            )
             error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
-        except jsonschema.exceptions.SchemaError as e:
-            return "bad_schema", " ".join(e.message.split())[:200]
         except Unresolvable as e:
-            return "bad_schema", f"cannot resolve {e}"[:200]
+            ref = _one_line_text(repr(_reference(e)))
+            why = f"is not a valid schema: its reference {ref} does not resolve inside it"
+            return "bad_schema", why + " (references are never fetched)"
+        except _PatternClash as e:
+            return "bad_schema", f"is not a valid schema: {_one_line_text(str(e))}"
+        except RecursionError:
+            why = "takes validation past Python's recursion limit (a $ref cycle such as"
+            return "bad_schema", why + ' {"$ref": "#"}?)'
+        except Exception as e:  # noqa: BLE001 - the answer is plain bounded JSON: the schema
+            return "bad_schema", _one_line_text(f"made the validator raise {e!r}")
         if error is None:
             return "ok", ""
         where = "/".join(str(p) for p in error.absolute_path)
-        return "invalid", (f"at /{where}: " if where else "") + " ".join(error.message.split())
+        return "invalid", _one_line_text((f"at /{where}: " if where else "") + error.message)
 
     return validate
 
@@ -196,9 +491,9 @@ class JsonSchemaVerifier:
         if kind == "missing":
             raise ConfigError(f"json_schema verifier needs jsonschema: {message}")
         if kind == "bad_schema":
-            raise DataError(f"{_where(sample)}: field 'schema' is not a valid schema: {message}")
+            raise DataError(f"{_where(sample)}: field 'schema' {message}")
         if kind != "ok":
-            return Score(0.0, f"schema: {message}"[:200])
+            return Score(0.0, f"schema: {message}"[:MESSAGE_CHARS])
         if expected is _NOTHING:
             return Score(1.0, "valid")
         if self.per_field and isinstance(expected, dict) and expected:
@@ -226,17 +521,25 @@ def _where(sample: Mapping[str, Any]) -> str:
 
 
 def _schema_and_expected(sample: Mapping[str, Any]) -> tuple[Any, Any]:
-    """The sample's schema (an object, or a JSON string of one) and expected value."""
+    """The sample's schema (an object, or a strict-JSON string of one) and expected value.
+
+    The schema must be plain JSON within MAX_SCHEMA_DEPTH levels (checked here, before it is
+    sent to the worker): NaN as a `maximum` would pass every number, and a schema nested past
+    Python's recursion limit would fail in the pickler instead of as a DataError."""
     schema = sample.get("schema")
     if isinstance(schema, str):
         try:
-            schema = json.loads(schema)
-        except ValueError as e:
-            message = f"{_where(sample)}: field 'schema' is a string but not JSON ({e})"
+            schema = parse_json(schema)
+        except (ValueError, RecursionError) as e:
+            why = _one_line_text(str(e) or type(e).__name__)
+            message = f"{_where(sample)}: field 'schema' is a string but not JSON ({why})"
             raise DataError(message) from None
     if not isinstance(schema, (dict, bool)):
         what = "is missing" if schema is None else f"is a {type(schema).__name__}"
         raise DataError(f"{_where(sample)}: field 'schema' {what} (expected a JSON schema object)")
+    problem = json_problem(schema, MAX_SCHEMA_DEPTH)
+    if problem:
+        raise DataError(f"{_where(sample)}: field 'schema' is not plain JSON: it {problem}")
     expected = sample.get("expected", _NOTHING)
     return schema, expected
 

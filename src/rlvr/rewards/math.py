@@ -8,7 +8,9 @@ Extraction (in the calling process, rlvr.rewards.math_answer): the answers are r
 `<answer>` tags, `\\boxed{}`/`\\fbox{}`, or, without either, "Answer: ..." lines, after the last
 `</think>`; a tag, box or line whose content holds math delimiters is read as its math spans
 ("The final answer is $\\frac{14}{3}$. I hope it is correct." reads 14/3). Every answer found
-must match, so hedging (`\\boxed{1} or \\boxed{2}`, `$1$ or $2$`) scores 0. The lenient reading
+must match, so hedging (`\\boxed{1} or \\boxed{2}`, `$1$ or $2$`) scores 0, and so does a box
+inside a box or an answer restated after the last marker with another value (`\\boxed{5}
+Actually the answer is 6`). The lenient reading
 (`MathVerifier(lenient=True)`, "math_lenient") also reads a completion without any marker: there
 math-verify's own extraction picks the final answer (rlvr.rewards.math_lenient), in the worker.
 
@@ -29,6 +31,12 @@ hardenings:
 - Several answers for a gold of several values: when the gold is a set of two or more values
   ("1, -2", "\\{1,-2\\}", "1 \\pm \\sqrt{2}"), answers that are each one value and together are
   exactly those values (`\\boxed{-2} and \\boxed{1}`) match it; one value less or more does not.
+- Relations and bases the gold does not hold: `\\approx`, `\\sim`, `\\equiv`, `\\cong`, `\\propto`
+  and the other relations math-verify cannot compare (it keeps one side of `\\approx`, reads
+  `\\equiv` as `=`) match only a gold that holds them; numerals must be in the gold's bases (gold
+  `1010_2` rejects `10`, the number a conversion starts from). Notation is read first, on both
+  sides (rlvr.rewards.math_notation): a hedge in text (`5 \\text{ (or 6)}`), text between math
+  and hidden content are unreadable, units at the end are dropped, `1010_2` is 10.
 Normalisation, applied to both sides: a percent sign, and the words "percent", "percentage",
 "pct" after a number, are dropped (gold "50%" matches "50", "50\\%" and "50 percent", not 0.5:
 the number asked for is the count of percent); a number written with thousands separators
@@ -76,6 +84,7 @@ from rlvr.rewards.math_answer import (
     normalize,
     read_decimal_comma,
 )
+from rlvr.rewards.math_notation import loose_relations, numeral_bases
 
 __all__ = [
     "DEFAULT_ANSWER_PATTERN",
@@ -91,6 +100,8 @@ __all__ = [
 ]
 
 # -- equivalence (worker process) ----------------------------------------------------------------
+
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 
 
 def _parse(latex: str) -> Any:
@@ -110,17 +121,31 @@ def _parse(latex: str) -> Any:
 
 
 @lru_cache(maxsize=4096)
-def _parse_gold(gold: str) -> tuple[Any, str]:
-    """A gold's sympy object (None if unreadable) and normalised text. A gold with one box (a
-    full solution) is read from it; one math span among words (`$125$ miles`) is that span."""
+def _parse_gold(gold: str) -> tuple[Any, str, frozenset[int]]:
+    """A gold's sympy object (None if unreadable), normalised text and the bases other than 10
+    its numerals are written in. A gold with one box (a full solution) is read from it; one math
+    span among words (`$125$ miles`) is that span."""
     boxes = boxed_contents(gold)
     if boxes and len(boxes) == 1:
         gold = boxes[0]
     found = math_spans(clean_answer(gold))
     if found and len(found[0]) == 1 and not re.search(r"[0-9\\]", found[1]):
         gold = found[0][0]
-    text = normalize(gold)
-    return _parse(text), text
+    text = normalize(gold, reference=True)
+    return _parse(text), text, numeral_bases(clean_answer(gold))
+
+
+def _read_prediction(answer: str, gold_text: str, gold_bases: frozenset[int]) -> str | None:
+    """The normalised answer, or None where its form cannot match the gold: unreadable, a box
+    left in it, a relation the gold does not hold, numerals in other bases than the gold's."""
+    text = read_decimal_comma(normalize(answer), gold_text)
+    if not text or _BOX_COMMAND.search(text):
+        return None
+    if loose_relations(text) - loose_relations(gold_text):
+        return None
+    if numeral_bases(clean_answer(answer)) != gold_bases:
+        return None
+    return text
 
 
 def _is_collection(x: Any) -> bool:
@@ -227,10 +252,12 @@ def check_equivalence(answer: str, gold: str, float_rel_tol: float = 1e-6) -> bo
     Runs inline with no time limit: call it through MathVerifier (or a VerifierPool) unless the
     inputs are trusted.
     """
-    gold_expr, gold_text = _parse_gold(str(gold))
-    pred_text = read_decimal_comma(normalize(answer), gold_text)
+    gold_expr, gold_text, gold_bases = _parse_gold(str(gold))
+    pred_text = _read_prediction(answer, gold_text, gold_bases)
+    if pred_text is None:
+        return False
     if gold_expr is None:  # a gold math-verify cannot parse: compare the normalised text
-        return bool(pred_text) and _compact(pred_text) == _compact(gold_text)
+        return _compact(pred_text) == _compact(gold_text)
     pred = _parse(pred_text)
     return pred is not None and _equal(gold_expr, pred, float_rel_tol)
 
@@ -265,12 +292,13 @@ def _values_of_gold(answers: tuple[str, ...], gold: str, float_rel_tol: float) -
     """Whether the answers, each one value, are together the values of a gold set."""
     from sympy import FiniteSet
 
-    gold_expr, _ = _parse_gold(str(gold))
+    gold_expr, gold_text, gold_bases = _parse_gold(str(gold))
     if not isinstance(gold_expr, FiniteSet):
         return False
     matched: set[int] = set()
     for answer in answers:
-        pred = _parse(normalize(answer))
+        text = _read_prediction(answer, gold_text, gold_bases)
+        pred = _parse(text) if text else None
         if pred is None or _is_collection(pred):
             return False
         hits = [i for i, v in enumerate(gold_expr.args) if _equal(v, pred, float_rel_tol)]

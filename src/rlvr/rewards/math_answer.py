@@ -14,8 +14,13 @@ String scans and regexes in linear time; nothing here parses or evaluates the an
    takes the run of non-space characters after it). An unclosed box means no answer.
 5. Only if there is no tag, Minerva line or box: lines matching `answer_pattern` (default:
    "Answer: ...", "Final answer: ...", case-insensitive); None turns this off.
-Each answer is then cleaned: whitespace collapsed; markdown bold, one final `.`, `,` or `;` (not
-an ellipsis) and `$...$` / `\\(...\\)` / `\\[...\\]` / a box around the whole answer removed.
+6. After the last tag, box, Minerva line or answer line that was read, an answer stated again is
+   one more answer: the math after "answer is", "answer:", "or", "maybe" ("\\boxed{5} Actually the
+   answer is 6", "\\boxed{5} or 6"), and a box after the last Minerva line.
+A box inside a box is one more answer (`shown_answers`): `\\boxed{\\text{6 } \\boxed{5}}` states
+`\\text{6 } 5` and 5, a hedge; `\\boxed{\\boxed{5}}` states 5 twice. Each answer is then
+cleaned: whitespace collapsed; markdown bold, one final `.`, `,` or `;` (not an ellipsis) and
+`$...$` / `\\(...\\)` / `\\[...\\]` / a box around the whole answer removed.
 An answer that still holds math delimiters (the Minerva line "The final answer is $\\frac{14}{3}$.
 I hope it is correct.", `\\boxed{The answer is $\\frac13.$}`) is read as its math spans: each
 span is an answer, so one span is the answer and two different spans are two answers; the words
@@ -34,17 +39,28 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from rlvr.rewards.math_notation import closing_brace, map_relations, read_bases, read_notation
+
 # Greedy `(.+)$`, not a lazy group before `[ \t]*$`: a lazy one is quadratic on a long line.
 DEFAULT_ANSWER_PATTERN = r"(?im)^[ \t]*(?:\*\*)?(?:final[ \t]+)?answer(?:\*\*)?[ \t]*:(.+)$"
 NO_ANSWER = "no final answer"
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _BOX_TOKEN = re.compile(r"[^\s$]*")
+_NESTED_BOX_TOKEN = re.compile(r"[^\s${}]*")
 _DELIMITER = re.compile(r"(?<!\\)\$\$|(?<!\\)\$|\\[()\[\]]")
 _CLOSER = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 _MATH_OUTSIDE = re.compile(r"[0-9]|\\[A-Za-z]")  # around the spans: a digit or a command
 _FINAL_PUNCTUATION = re.compile(r"\s*[.,;]$")
 _CONNECTOR = re.compile(r"\s*(and|or)\s*")
 _DOLLAR_CONNECTOR = re.compile(r"(?<!\\)\$\s*(and|or)\s*(?<!\\)\$")
+_RESTATED = re.compile(
+    r"(?i)(?:\banswers?\b(?:\*\*)?\s*(?:is|was|will be|would be|should be|must be|=|:)(?:\*\*)?"
+    r"|(?<![A-Za-z])(?:or|maybe|possibly|perhaps|alternatively|otherwise)(?![A-Za-z]))\s*"
+    r"(?:(?:actually|really|therefore|thus|then|now|instead|rather|probably|likely|clearly|maybe"
+    r"|perhaps|possibly|definitely|surely|still|also|in fact)\b[\s,]*)*"
+)
+_MATH_START = re.compile(r"[-+(\[]|\.?\d|\$|\\[A-Za-z(\[{]")
+_SPAN_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 TAG_OPEN, TAG_CLOSE = "<answer>", "</answer>"
 MINERVA_OPEN, MINERVA_CLOSE = "final answer is", "i hope it is correct"
 THINK_CLOSE, THINK_OPEN = "</think>", "<think>"
@@ -58,8 +74,9 @@ class Extraction:
     problem: str = ""
 
 
-def boxed_contents(text: str) -> list[str] | None:
-    """Contents of every top-level `\\boxed`/`\\fbox` in `text`; None if one is not closed."""
+def box_spans(text: str) -> list[tuple[int, int, int, int]] | None:
+    """(start, content start, content end, end) of every top-level `\\boxed`/`\\fbox` in `text`;
+    None if one is not closed. `\\boxed 5` (no braces) takes the run of non-space characters."""
     out, end = [], 0
     for m in _BOX.finditer(text):
         if m.start() < end:  # a box nested in the previous one is part of its content
@@ -68,28 +85,61 @@ def boxed_contents(text: str) -> list[str] | None:
         while i < len(text) and text[i] in " \t":
             i += 1
         if i < len(text) and text[i] == "{":
-            depth, j = 0, i
-            while j < len(text):
-                c = text[j]
-                if c == "\\":
-                    j += 2
-                    continue
-                if c == "{":
-                    depth += 1
-                elif c == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
-            else:
+            close = closing_brace(text, i)
+            if close < 0:
                 return None
-            out.append(text[i + 1 : j])
-            end = j + 1
+            out.append((m.start(), i + 1, close, close + 1))
+            end = close + 1
         else:
             token = _BOX_TOKEN.match(text, i).group(0)  # type: ignore[union-attr]
-            out.append(token)
             end = i + len(token)
+            out.append((m.start(), i, end, end))
     return out
+
+
+def boxed_contents(text: str) -> list[str] | None:
+    """Contents of every top-level `\\boxed`/`\\fbox` in `text`; None if one is not closed."""
+    spans = box_spans(text)
+    return None if spans is None else [text[lo:hi] for _, lo, hi, _ in spans]
+
+
+def shown_answers(answer: str) -> list[str] | None:
+    """A raw answer as it is shown, with the frame of every box inside it removed, then what
+    each of those boxes shows, at any depth: `\\text{6 } \\boxed{5}` -> [`\\text{6 } 5`, `5`].
+    Nested boxes are several answers (a box inside a box states its content again), so hedging
+    by nesting scores 0 and `\\boxed{\\boxed{5}}` is 5 said twice. None for an unclosed box.
+    Iterative, so a deep nest costs no recursion; the caller bounds the answer's length."""
+    frames = []  # (start, content start, content end, end) of every box, at any depth
+    for m in _BOX.finditer(answer):
+        i = m.end()
+        while i < len(answer) and answer[i] in " \t":
+            i += 1
+        if answer.startswith("{", i):
+            close = closing_brace(answer, i)
+            if close < 0:
+                return None
+            frames.append((m.start(), i + 1, close, close + 1))
+        else:  # `\boxed 5`: inside a group the token ends at a brace
+            token = _NESTED_BOX_TOKEN.match(answer, i).group(0)  # type: ignore[union-attr]
+            frames.append((m.start(), i, i + len(token), i + len(token)))
+    if not frames:
+        return [answer]
+
+    def shown(lo: int, hi: int) -> str:
+        cut = sorted(
+            (a, b)
+            for start, c_lo, c_hi, end in frames
+            if lo <= start and end <= hi
+            for a, b in ((start, c_lo), (c_hi, end))
+        )
+        out, pos = [], lo
+        for a, b in cut:
+            out.append(answer[pos:a])
+            pos = b
+        out.append(answer[pos:hi])
+        return "".join(out)
+
+    return [shown(0, len(answer))] + [shown(c_lo, c_hi) for _, c_lo, c_hi, _ in frames]
 
 
 def answer_tags(text: str) -> list[str] | None:
@@ -186,8 +236,14 @@ def read_answers(raw: list[str], max_answers: int, max_answer_chars: int) -> Ext
     # Length first: cleaning recurses into nested boxes, so only bounded text reaches it.
     if any(len(a) > max_answer_chars for a in raw):
         return Extraction(problem=f"answer longer than {max_answer_chars} characters")
+    expanded: list[str] = []
+    for a in dict.fromkeys(raw):
+        shown = shown_answers(a)
+        if shown is None:
+            return Extraction((a,), "unclosed \\boxed")
+        expanded.extend(shown)
     answers: dict[str, None] = {}  # distinct, in order
-    for a in map(clean_answer, dict.fromkeys(raw)):
+    for a in map(clean_answer, dict.fromkeys(expanded)):
         found = math_spans(a)
         if found is None:
             return Extraction((a,), "unbalanced math delimiters in one answer")
@@ -235,6 +291,7 @@ def extract_answers(
     if region is None:
         return Extraction(problem="unclosed <think>")
     raw: list[str] = []
+    ends = []  # where the last marker of each kind that was read ends
     tags = answer_tags(region)
     if tags is None:
         return Extraction(problem="unbalanced <answer> tags")
@@ -243,16 +300,58 @@ def extract_answers(
         if boxes is None:
             return Extraction(problem="unclosed \\boxed")
         raw.extend(boxes if boxes else [content])
+    if tags:
+        ends.append(region.rfind(TAG_CLOSE) + len(TAG_CLOSE))
     outside = _outside_tags(region) if tags else region
     if minerva := minerva_answers(outside):
         raw.extend(minerva)
+        ends.append(region.lower().rfind(MINERVA_CLOSE) + len(MINERVA_CLOSE))
     elif (boxes := boxed_contents(outside)) is None:
         return Extraction(problem="unclosed \\boxed")
     else:
         raw.extend(boxes)
+        if spans := box_spans(region):
+            ends.append(spans[-1][3])
     if not raw and not tags and answer_pattern:
-        raw.extend(m.group(1) for m in re.finditer(answer_pattern, region))
+        lines = list(re.finditer(answer_pattern, region))
+        raw.extend(m.group(1) for m in lines)
+        ends.extend(m.end() for m in lines[-1:])
+    if ends:
+        after = region[max(ends) :]
+        if minerva:  # a box after the last Minerva line is no intermediate result
+            raw.extend(boxed_contents(after) or [])
+        raw.extend(restated_answers(after, max_answers, max_answer_chars))
     return read_answers(raw, max_answers, max_answer_chars)
+
+
+def restated_answers(text: str, max_answers: int, max_answer_chars: int) -> list[str]:
+    """The answers `text` (what follows the last box, tag or answer line) states again: after
+    each "answer is", "answer:", "answer =" ("Actually the answer is 6") or hedge word ("or 6",
+    "maybe 6"), the math there: a `$...$`, `\\(...\\)` or `\\[...\\]` span, or a run of
+    characters up to a space outside brackets that begins like math (a digit, a sign, a bracket
+    or a LaTeX command; "the answer is correct" restates nothing). Every answer must match, so
+    restating another value is a hedge, and restating the same one is harmless."""
+    out: list[str] = []
+    for m in _RESTATED.finditer(text):
+        i = m.end()
+        if not _MATH_START.match(text, i):
+            continue
+        for opening, closing in _SPAN_DELIMITERS:
+            if text.startswith(opening, i):
+                close = text.find(closing, i + len(opening), i + max_answer_chars + 2)
+                j = len(text) if close < 0 else close + len(closing)
+                break
+        else:
+            depth, j = 0, i
+            while j < len(text) and j - i <= max_answer_chars:
+                depth += (text[j] in "([{") - (text[j] in ")]}")
+                if depth < 0 or depth == 0 and text[j].isspace():
+                    break
+                j += 1
+        out.append(text[i:j])
+        if len(out) > max_answers:
+            break
+    return out
 
 
 # -- notation (both sides, in the worker) ------------------------------------------------------
@@ -283,6 +382,7 @@ _UNICODE = {
     "·": "\\cdot ",
 }
 _UNICODE.update({"≤": "\\le ", "≥": "\\ge ", "≠": "\\ne "})
+UNREADABLE = ""
 _PLAIN_WORDS = {"sqrt", "pi", "inf", "infinity", "sin", "cos", "tan", "log", "ln", "exp"}
 
 
@@ -304,14 +404,25 @@ def read_decimal_comma(pred: str, gold: str) -> str:
     return pred
 
 
-def normalize(text: str) -> str:
+def normalize(text: str, reference: bool = False) -> str:
     """Notation-only rewriting applied to gold and prediction alike (the rules are in
-    rlvr.rewards.math's docstring, "Normalisation")."""
+    rlvr.rewards.math's docstring, "Normalisation", and rlvr.rewards.math_notation); UNREADABLE
+    (empty, which matches nothing) for an answer that states no readable value: a hedge inside
+    it, hidden content, a numeral its base cannot have. A `reference` (the gold) is trusted: where
+    its notation cannot be read that way (a whole solution in prose), it is left to math-verify
+    as it is."""
     s = clean_answer(text)
     s = _PERCENT_WORD.sub("%", s)
     s = s.replace("\\%", "").replace("%", "").strip()
     for k, v in _UNICODE.items():
         s = s.replace(k, v)
+    s = map_relations(s)
+    read = read_notation(s)  # text, hidden content, bases (math_notation)
+    if read is None and reference:
+        read = read_bases(s)  # a gold in prose still has its numerals read
+    if read is None:
+        return UNREADABLE
+    s = read.strip()
     if _THOUSANDS.fullmatch(s):
         s = re.sub(_SEPARATOR, "", s)
     if m := _SCIENTIFIC.fullmatch(s):

@@ -10,7 +10,8 @@ answer) and compare answers the same way; the lenient reading finds them, in thi
 4. "Answer: ..." lines (the strict `answer_pattern`): each line as the strict reading takes it
    when that is math (`Answer: 2^{10}`, no word of two letters or more outside LaTeX commands),
    else math-verify's extraction from it ("Answer: The largest $n$ is 34." reads 34, "Answer: the
-   value is 7" reads 7), else the strict reading (`Answer: Monday`).
+   value is 7" reads 7), else the strict reading (`Answer: Monday`); an answer restated after the
+   last line ("Actually, the answer is 6") is one more, as in the strict reading.
 5. Otherwise the whole text, by math-verify's extraction: its last math expression.
 math-verify's extraction is its own regexes in its own order, with both of its targets (LaTeX
 and plain numbers or expressions): patterns are tried by priority ("final answer ... is",
@@ -40,9 +41,34 @@ from rlvr.rewards.math_answer import (
     checked_answers,
     extract_answers,
     read_answers,
+    restated_answers,
 )
 
-_CONNECTOR = re.compile(r"\s*(?:,|(?:,\s*)?(?:and|or))\s*", re.IGNORECASE)
+# Between two values: list connectors, and hedges ("5 (or 6)", "5, though 6", "5 \\approx 6").
+_HEDGE = (
+    r"or|and|either|nor|though|although|but|however|possibly|maybe|perhaps|probably|also"
+    r"|alternatively|otherwise|else|instead|approximately|approx|about|around|roughly|nearly"
+    r"|almost|vs|versus|to|through"
+)
+_RELATION = r"\\(?:approx|sim|simeq|cong|equiv|propto|ll|gg)(?![A-Za-z])|[≈≃≅∼≡∝~]"
+_CONNECTOR = re.compile(
+    rf"\s*(?:(?:[,;:()]|\.\.\.|(?<![A-Za-z])(?:{_HEDGE})(?![A-Za-z])|{_RELATION})\s*)+",
+    re.IGNORECASE,
+)
+# A qualifier before or after a value makes it no value: "about 5", "at least $5$", "5 or more".
+_QUALIFIER_BEFORE = re.compile(
+    r"(?<![A-Za-z])(?P<q>approximately|approx\.?|about|around|roughly|nearly|almost|circa|maybe"
+    r"|perhaps|possibly|probably|at\s+(?:least|most)|(?:more|less|fewer|greater|smaller)\s+than"
+    r"|up\s+to|over|under|below|above)\s*(?:\$|\\\(|\\\[)?\s*$",
+    re.IGNORECASE,
+)
+_QUALIFIER_AFTER = re.compile(
+    r"\s*(?:\$|\\\)|\\\])?\s*(?P<q>or\s+(?:more|less|fewer|so|greater|smaller|higher|lower|above"
+    r"|below)|at\s+(?:least|most)|(?:or\s+)?(?:approximately|roughly|about|maybe|perhaps))"
+    r"(?![A-Za-z])",
+    re.IGNORECASE,
+)
+_SUBSCRIPT = re.compile(r"\s*_\s*(?:\{[^{}]*\}|\(\w*\)|\w)")  # a base: "10_2", "12_{3}"
 _TEXT = re.compile(r"\\(?:text|textbf|textnormal|textrm|mathrm|mbox)\s*\{[^{}]*\}")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 _FUNCTION_WORDS = {"sqrt", "pi", "inf", "infinity", "sin", "cos", "tan", "log", "ln", "exp"}
@@ -80,6 +106,8 @@ def _spans(match: re.Match, latex: bool) -> list[Span]:
     if not parts:
         return []
     start, end = min(match.start(n) for n in parts), max(match.end(n) for n in parts)
+    if based := _SUBSCRIPT.match(match.string, end):  # "10_2" is 2, never the 10 before it
+        end = based.end()
     return [(start, end, match.string[start:end] + ("%" if groups.get("percent") else ""))]
 
 
@@ -120,8 +148,19 @@ def extracted_spans(text: str) -> list[Span]:
         matches.sort(key=lambda t: (t[0].end(), -t[0].start()), reverse=True)
         for m, latex in matches[:1]:
             if chosen := _spans(m, latex):
-                return _joined(text, chosen, plain)
+                return [_qualified(text, span) for span in _joined(text, chosen, plain)]
     return []
+
+
+def _qualified(text: str, span: Span) -> Span:
+    """The span with a qualifier around it ("about 5", "at least $5$", "5 or more") made part
+    of its answer, which then reads as a hedge (rlvr.rewards.math_notation)."""
+    start, end, answer = span
+    if before := _QUALIFIER_BEFORE.search(text, max(0, start - 40), start):
+        answer = f"{before['q']} {answer}"
+    if after := _QUALIFIER_AFTER.match(text, end):
+        answer = f"{answer} {after['q']}"
+    return start, end, answer
 
 
 def lenient_answers(
@@ -132,10 +171,12 @@ def lenient_answers(
     strict = extract_answers(region, None, max_answers, max_answer_chars)  # tags, Minerva, boxes
     if strict.problem != NO_ANSWER:
         return strict
-    lines = [m.group(1) for m in re.finditer(answer_pattern, region)] if answer_pattern else []
-    if not lines:
+    found = list(re.finditer(answer_pattern, region)) if answer_pattern else []
+    if not found:
         spans = extracted_spans(region)
         return read_answers([a for _, _, a in spans], max_answers, max_answer_chars)
+    lines = [m.group(1) for m in found]  # and what is restated after the last ("Actually 6")
+    lines += restated_answers(region[found[-1].end() :], max_answers, max_answer_chars)
     answers: dict[str, None] = {}  # distinct, in order
     for line in lines:
         found = _read_line(line, max_answers, max_answer_chars)

@@ -6,6 +6,11 @@ The answer: the text after the reasoning (rewards/structured.py), or the content
 `<answer>...</answer>` when it has one, stripped of surrounding whitespace. No answer (an open
 `<think>`, an `<answer>` left open), or one over `max_answer_chars`, scores 0.
 
+A full match, not `re.match` or `re.search`: `re.match(r"^\\d+$", "123\\n")` succeeds (Python's
+`$` also matches before a final newline), and so does `re.match(r"(?m)^\\d+$", "123\\nabc")`;
+fullmatch needs the match to end where the answer ends, whatever the pattern's anchors and
+flags say. A final newline is whitespace around the answer, stripped before matching.
+
 The pattern is Python's `re` syntax (what dataset authors write and test with), compiled and
 matched in a worker process killed after `timeout_s`: a backtracking pattern such as `(a+)+$`
 on a crafted answer scores 0 after the limit instead of hanging the run. Why not a linear-time
