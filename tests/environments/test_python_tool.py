@@ -205,23 +205,24 @@ def test_a_daemonised_child_does_not_outlive_its_call(tool):
 
 
 @pytest.mark.parametrize(
-    "code",
+    "code, shows",
     [
-        "import os\nprint('bye', flush=True)\nos.kill(os.getppid(), 9)",
-        "import os\nos.killpg(os.getpgid(0), 9)",
-        "import os\nos.killpg(0, 9)",
-        "import os\nos.kill(-1, 9)",
-        "import subprocess\nsubprocess.run(['/bin/sh', '-c', 'kill -9 -1'])",
+        # the runner is the namespace's pid 1: the kernel drops the signal, the call goes on
+        ("import os\nprint('bye', flush=True)\nos.kill(os.getppid(), 9)", "bye"),
+        ("import os\nos.killpg(os.getpgid(0), 9)", "killed by signal 9"),
+        ("import os\nos.killpg(0, 9)", "killed by signal 9"),
+        # every process but pid 1 and the caller: none here
+        ("import os\nos.kill(-1, 9)", "ProcessLookupError"),
+        ("import subprocess\nsubprocess.run(['/bin/sh', '-c', 'kill -9 -1'])", "signal 9"),
     ],
     ids=["kill-parent", "killpg-own-group", "killpg-0", "kill-minus-one", "shell-kill-minus-one"],
 )
-def test_killing_the_parent_or_everything_reaches_only_the_sandbox(tool, code):
+def test_killing_the_parent_or_everything_reaches_only_the_sandbox(tool, code, shows):
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         result = call(tool, code)
-        assert result.tool_error and not result.tool_timeout
-        said = shown(result)
-        assert "sandbox ended before it finished" in said or "killed by signal 9" in said, said
+        assert not result.tool_timeout
+        assert shows in shown(result), shown(result)
         assert sleeper.poll() is None  # a process of the host's, same user: untouched
         assert os.getppid() != 1  # this test process was not orphaned
     finally:

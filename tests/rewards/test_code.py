@@ -353,3 +353,68 @@ def test_the_verifier_modules_import_no_torch():
             if isinstance(n, ast.ImportFrom) and n.module
         }
         assert names <= allowed, module.__name__
+
+
+# --- every way a program can die scores 0 with a reason ------------------------------------------
+
+
+def test_every_signal_exit_code_and_status_is_judged_without_raising():
+    """A program chooses how it dies: any signal 1-64 (realtime ones have no signal.Signals
+    member: looking one up raised ValueError out of score()), any exit code, none at all, any
+    status. Only "exited, status 0, no signal" with the right output passes."""
+    v = CodeVerifier(timeout_s=1.0)
+    test, call = {"input": "", "output": "1"}, {"args": [], "expected": 1}
+    for status in ("exited", "output_limit", "timeout", "crashed", "something new"):
+        for signal_number in [None, *range(0, 66), 255, -1, 10**6]:
+            for exit_code in (None, 0, 1, 2, 127, 128, 255, 256, -1):
+                result = CaseResult(status, exit_code, signal_number, output=b"1", stderr="x")
+                for judged in (v._judge(result, test, False), v._judge(result, call, True)):
+                    clean = status == "exited" and exit_code == 0 and signal_number is None
+                    assert judged.passed == clean, result
+                    assert judged.passed or judged.reason, result
+    judge = v._judge
+    assert judge(CaseResult("exited", None, 40), test, False).reason == "killed by SIGRTMIN+6"
+    assert judge(CaseResult("exited", None, 34), test, False).reason == "killed by SIGRTMIN"
+    assert judge(CaseResult("exited", None, 64), test, False).reason == "killed by SIGRTMAX"
+    assert judge(CaseResult("exited", None, 32), test, False).reason == "killed by signal 32"
+    assert judge(CaseResult("exited", None, 11), test, False).reason == "killed by SIGSEGV"
+    none = judge(CaseResult("exited", None, None, stderr="boom"), test, False)
+    assert none.reason == "runtime error (no exit status): boom"
+
+
+DIES_AFTER_THE_ANSWER = {
+    "SIGABRT (os.abort)": "os.abort()",
+    "SIGSEGV (a null pointer read)": "import ctypes; ctypes.string_at(0)",
+    "SIGTERM": "os.kill(os.getpid(), signal.SIGTERM)",
+    "signal 32 (no name)": "os.kill(os.getpid(), 32)",
+    "signal 33 (no name)": "os.kill(os.getpid(), 33)",
+    "SIGRTMIN": "os.kill(os.getpid(), signal.SIGRTMIN)",
+    "SIGRTMIN+6": "os.kill(os.getpid(), 40)",
+    "SIGRTMAX": "os.kill(os.getpid(), signal.SIGRTMAX)",
+    "sys.exit with a text": "sys.exit('all tests passed')",
+    "os._exit(3)": "os._exit(3)",
+    "SystemExit(-1)": "raise SystemExit(-1)",
+    "a recursion bomb": "sys.setrecursionlimit(10**6)\nf = lambda: f()\nf()",
+    "a realtime signal to every process": """
+for pid in [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]:
+    try:
+        os.kill(pid, 40)
+    except OSError:
+        pass
+os.kill(os.getpid(), 40)""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIES_AFTER_THE_ANSWER))
+def test_a_program_dying_after_printing_the_answer_scores_zero(verifier, name):
+    code = "import os, signal, sys\nprint(42, flush=True)\n" + DIES_AFTER_THE_ANSWER[name]
+    score = verifier.score(fenced(code), {"tests": [{"input": "", "output": "42"}]})
+    assert score.reward == 0.0 and score.detail.startswith("0/1 tests passed; test 1: ")
+    assert len(score.detail) > len("0/1 tests passed; test 1: ")
+
+
+def test_a_function_killed_by_a_realtime_signal_scores_zero(verifier):
+    sample = {"fn_name": "f", "tests": [{"args": [], "expected": 1}]}
+    code = "import os\ndef f():\n    os.kill(os.getpid(), 40)\n    return 1"
+    score = verifier.score(fenced(code), sample)
+    assert (score.reward, score.detail) == (0.0, "0/1 tests passed; test 1: killed by SIGRTMIN+6")

@@ -16,7 +16,9 @@ import time
 
 import pytest
 
+from rlvr.errors import DataError
 from rlvr.rewards.code import CodeVerifier
+from rlvr.rewards.code_asserts import parse_assert_tests, parse_verdict
 from rlvr.rewards.sandbox import Program, SandboxUnavailable
 
 TIMEOUT_S = 1.0
@@ -388,3 +390,212 @@ def test_a_huge_or_deep_result_scores_zero(verifier):
         verifier,
         "def add(a, b):\n    x = []\n    for _ in range(10 ** 5):\n        x = [x]\n    return x",
     )
+
+
+# --- functions named like builtins (MBPP rows whose asserts call only builtins) --------------
+#
+# The asserts of POW call `pow` and `round`, both builtins. The old rule (stubs: the called names
+# minus builtins) made no stub at all, so the asserts called Python's own pow and every program
+# scored 1, even one defining no pow. Now pow, the innermost builtin called by every assert, is
+# under test, and round stays the checker's helper.
+
+POW = {
+    "id": "pow",
+    "test_list": [
+        "assert pow(2, 3) == 8",
+        "assert pow(3, 2) == 9",
+        "assert round(pow(2, 0.5), 3) == 1.414",
+    ],
+}
+
+
+def scores(verifier: CodeVerifier, code: str, sample: dict) -> float:
+    completion = "```python\n" + textwrap.dedent(code).strip() + "\n```"
+    return verifier.score(completion, sample).reward
+
+
+BUILTIN_NAMED_ATTACKS = {
+    "a wrong pow": "def pow(a, b):\n    return 0",
+    "no pow at all (Python's would answer)": "def power(a, b):\n    return a ** b",
+    "nothing but pass": "pass",
+    "a wrong Solution.pow": "class Solution:\n    def pow(self, a, b):\n        return 0",
+    "a module __getattr__ that answers for any name": """
+        def __getattr__(name):
+            return lambda *args, **kwargs: 8
+    """,
+    "a class pow whose instances equal anything": """
+        class pow:
+            def __init__(self, a, b):
+                pass
+            def __eq__(self, other):
+                return True
+            def __round__(self, digits=None):
+                return self
+    """,
+    "an int subclass whose __eq__ is always true": """
+        class Yes(int):
+            def __eq__(self, other):
+                return True
+            __hash__ = int.__hash__
+        def pow(a, b):
+            return Yes(0)
+    """,
+    "a wrong lambda": "pow = lambda a, b: a * b",
+    "a NaN result": "def pow(a, b):\n    return float('nan')",
+    "a very large int": "def pow(a, b):\n    return 10 ** 5000",
+    "a recursion bomb": "def pow(a, b):\n    return pow(a, b)",
+    "a realtime signal to itself": """
+        import os
+        def pow(a, b):
+            os.kill(os.getpid(), 40)
+    """,
+    "a fake verdict printed, then exit 0 before any call": """
+        import os
+        print("3 3", flush=True)
+        os.write(1, b"3 3\\n")
+        os._exit(0)
+    """,
+    "sys.exit with a text before any call": "import sys\nsys.exit('3 3')",
+    "redefining the helper round as well": """
+        def pow(a, b):
+            return 0
+        def round(x, digits=None):
+            return 1.414
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_NAMED_ATTACKS))
+def test_a_wrong_program_for_a_builtin_named_function_scores_zero(verifier, name):
+    attack(verifier, BUILTIN_NAMED_ATTACKS[name], POW)
+
+
+BUILTIN_NAMED_SOLUTIONS = {
+    "a function": "def pow(a, b):\n    return a ** b",
+    "a lambda": "pow = lambda a, b: a ** b",
+    "a Solution method": "class Solution:\n    def pow(self, a, b):\n        return a ** b",
+    "a callable object": """
+        class Power:
+            def __call__(self, a, b):
+                return a ** b
+        pow = Power()
+    """,
+    "an import of math.pow": "from math import pow",
+    # the program's own round is never called: helpers are the checker's
+    "a right pow next to a broken round": """
+        def pow(a, b):
+            return a ** b
+        def round(*args):
+            raise ValueError("not this one")
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_NAMED_SOLUTIONS))
+def test_a_right_program_for_a_builtin_named_function_scores_one(verifier, name):
+    assert scores(verifier, BUILTIN_NAMED_SOLUTIONS[name], POW) == 1.0
+
+
+def test_only_one_builtin_is_under_test_so_the_program_cannot_choose_both_sides(verifier):
+    """pow and int are both innermost here; were both stubs, a program defining both would
+    choose both sides of `==`. The one called first, pow, is under test; int is the checker's."""
+    sample = {"id": "pow-int", "test_list": ["assert pow(2, 3) == int('8')"]}
+    forged = "def pow(a, b):\n    return 0\ndef int(x):\n    return 0"
+    attack(verifier, forged, sample)
+    assert scores(verifier, "def pow(a, b):\n    return a ** b", sample) == 1.0
+
+
+def test_redefining_a_builtin_helper_next_to_the_function_under_test_scores_zero(verifier):
+    """MBPP's `set(similar(...)) == set(...)`: similar is under test, set stays the checker's, so
+    a program's `set` that makes both sides equal is never called."""
+    code = """
+    def set(*args):
+        return 1
+    def similar(a, b):
+        return ()
+    """
+    assert naive_harness_passes(code, MBPP)
+    attack(verifier, code, MBPP)
+
+
+def test_a_module_getattr_does_not_define_the_function_under_test(verifier):
+    attack(verifier, "def __getattr__(name):\n    return lambda *args: ('a', 'c')", MBPP)
+
+
+def test_a_tuple_subclass_result_is_not_a_plain_value(verifier):
+    code = """
+    class Anything(tuple):
+        def __eq__(self, other):
+            return True
+        __hash__ = tuple.__hash__
+    def similar(a, b):
+        return Anything()
+    """
+    attack(verifier, code, MBPP)
+
+
+def test_a_class_returning_plain_values_is_a_function_like_any(verifier):
+    code = """
+    class similar:
+        def __new__(cls, a, b):
+            return tuple(x for x in a if x in b)
+    """
+    assert scores(verifier, code, MBPP) == 1.0
+
+
+def test_killing_every_process_with_a_realtime_signal_scores_zero(verifier):
+    code = """
+    import os
+    def similar(a, b):
+        for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+            try:
+                os.kill(pid, 40)
+            except OSError:
+                pass
+        return tuple(x for x in a if x in b)
+    """
+    attack(verifier, code, MBPP)
+
+
+@pytest.mark.parametrize(
+    ("test_list", "setup", "stubs"),
+    [
+        (POW["test_list"], "", ("pow",)),
+        (["assert round(pow(2, 0.5), 3) == 1.414"], "", ("pow",)),  # innermost
+        (["assert sum([1, 2]) == 3", "assert sum(range(3)) == 3"], "", ("sum",)),  # most asserts
+        (["assert sorted(pow(2, 3)) == sorted([8])"], "", ("pow",)),
+        (["assert pow(2, 3) == int('8')"], "", ("pow",)),  # one: the first called
+        (["assert set(similar((3, 4), (4, 5))) == set((4,))"], "", ("similar",)),
+        (["assert math.isclose(area(2), 12.56)"], "import math", ("area",)),
+        (["assert help(1) == 2"], "", ("help",)),  # the checker has no site: help is no builtin
+        (["assert pow(2, 3) == 8", "assert helper(1)"], "def helper(x):\n    return x", ("pow",)),
+    ],
+)
+def test_the_functions_under_test_are_decided_from_the_row_alone(test_list, setup, stubs):
+    tests = parse_assert_tests({"test_list": test_list, "test_setup_code": setup})
+    assert tests.stubs == stubs
+
+
+@pytest.mark.parametrize(
+    ("test_list", "setup", "message"),
+    [
+        (["assert True"], "", "calls no function the program could define"),
+        (["assert 1 + 1 == 2", "assert [] == []"], "", "calls no function"),
+        (["assert helper(1) == 1"], "def helper(x):\n    return x", "calls no function"),
+        (["assert pow(2, 3) == 8"], "from math import pow", "calls no function"),
+        (["assert pow(abs(-2), 3) == abs(pow(-2, 3))"], "", "which is the function under test"),
+    ],
+)
+def test_a_row_that_tests_no_function_is_a_data_error(test_list, setup, message):
+    """Such a row would pass every program (the old rule gave every program 1)."""
+    sample = {"id": "untestable", "test_list": test_list, "test_setup_code": setup}
+    with pytest.raises(DataError, match=message):
+        CodeVerifier().score("```python\npass\n```", sample)
+
+
+def test_a_verdict_with_an_unreadable_number_is_no_verdict():
+    """parse_verdict returns None for what it cannot read, never raises (int() refuses more
+    than 4300 digits; a non-ASCII digit is not the checker's)."""
+    assert parse_verdict(b"3 3\nok", 3) == (3, "ok")
+    assert parse_verdict(b"1" * 5000 + b" 3\n", 3) is None
+    assert parse_verdict("\u0663 3\n".encode(), 3) is None

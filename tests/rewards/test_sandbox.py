@@ -370,11 +370,18 @@ def test_filling_tmp_stops_at_its_size(verifier):
 # --- attacking the runner and the parent ---------------------------------------------------------
 
 
-def test_killing_the_parent_runner_fails_the_test_and_nothing_else(verifier):
-    score = check(
-        verifier, "import os\nprint('done', flush=True)\nos.kill(os.getppid(), 9)", "done"
-    )
-    assert score.reward == 0.0 and "killed the test runner" in score.detail
+def test_signals_from_the_program_do_not_reach_the_runner(verifier):
+    # The runner is the namespace's pid 1: the kernel drops signals to it from inside (were it
+    # killed or stopped, the test would fail or time out; it neither fails nor stalls).
+    code = """
+    import os, signal
+    for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                signal.SIGUSR1, signal.SIGSEGV, signal.SIGPIPE, signal.SIGXFSZ):
+        os.kill(os.getppid(), sig)
+        os.kill(1, sig)
+    print(os.getppid(), flush=True)
+    """
+    assert check(verifier, code, "1").reward == 1.0
     assert os.getppid() != 1  # pytest is alive and was not reparented
 
 
@@ -389,10 +396,16 @@ def test_kill_minus_one_cannot_reach_outside_the_sandbox(verifier):
         sleeper.wait()
 
 
-def test_after_killing_the_runner_the_remaining_tests_still_run(tmp_path):
+def test_after_a_timeout_the_remaining_tests_run_in_a_fresh_sandbox():
     v = CodeVerifier(timeout_s=TIMEOUT_S, all_or_nothing=False)
-    code = "import os\nif input() == 'kill':\n    os.kill(os.getppid(), 9)\nprint('ok')"
-    tests = [{"input": "kill", "output": "ok"}, {"input": "fine", "output": "ok"}]
+    code = """
+    import os, time
+    if input() == 'hang':
+        open('/tmp/left-behind', 'w').close()
+        time.sleep(60)
+    print('fresh' if not os.path.exists('/tmp/left-behind') else 'stale')
+    """
+    tests = [{"input": "hang", "output": "fresh"}, {"input": "fine", "output": "fresh"}]
     assert check(v, code, tests=tests).reward == 0.5
 
 
@@ -456,8 +469,8 @@ def test_the_runner_is_its_own_file_run_by_path_and_nothing_else_of_rlvr_is_visi
     runner, package = sandbox_module.RUNNER_PATH, Path(rlvr.__file__).resolve().parent
     code = f"""
     import hashlib, os, sys
-    print(sys.orig_argv[-3])  # the interpreter's own argv, inherited by the forked case
-    print(os.listdir(os.path.dirname({runner!r})))
+    print(sys.orig_argv[-4])  # the interpreter's own argv, inherited by the forked case
+    print(sorted(os.listdir(os.path.dirname({runner!r}))))
     print(hashlib.sha256(open({runner!r}, "rb").read()).hexdigest())
     try:
         open({runner!r}, "a").close()
@@ -473,7 +486,8 @@ def test_the_runner_is_its_own_file_run_by_path_and_nothing_else_of_rlvr_is_visi
     """
     result = verifier.sandbox.run(Program(textwrap.dedent(code)), [""])[0]
     digest = hashlib.sha256(Path(sandbox_module.RUNNER_FILE).read_bytes()).hexdigest()
-    expected = [runner, "['sandbox_runner.py']", digest, "runner read-only", "[]", "no rlvr"]
+    listing = "['sandbox_checker.py', 'sandbox_runner.py']"
+    expected = [runner, listing, digest, "runner read-only", "[]", "no rlvr"]
     assert result.output.decode().splitlines() == expected, result.stderr
 
 

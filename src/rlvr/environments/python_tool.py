@@ -116,6 +116,8 @@ def describe(result: CaseResult, settings: PythonToolSettings) -> tuple[str, boo
         return truncate(out, limit, flooded=True), True, False
     if result.status == "exited" and result.exit_code == 0:
         return truncate(out, limit), False, False
+    # Every other ending is a failed call, whatever the sandbox reports: any signal number
+    # (realtime ones have no name: shown by number), any exit code or none, any status.
     lines = [ln for ln in _without_runner_frames(result.stderr).splitlines() if ln.strip()]
     error = "\n".join(lines[-_STDERR_LINES:])
     if result.status == "crashed":
@@ -123,7 +125,8 @@ def describe(result: CaseResult, settings: PythonToolSettings) -> tuple[str, boo
     elif result.signal is not None:
         error = error or f"killed by signal {result.signal}"
     elif not error or result.exit_code not in (0, 1):
-        error = (error + "\n" if error else "") + f"(exit status {result.exit_code})"
+        status = "no exit status" if result.exit_code is None else f"exit status {result.exit_code}"
+        error = (error + "\n" if error else "") + f"({status})"
     return _with_error(out, error + "\n", limit), True, False
 
 

