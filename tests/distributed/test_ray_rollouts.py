@@ -273,3 +273,32 @@ def test_ray_rollout_workers_can_run_vllm_with_weights_pushed_every_step(
     # the actor's vLLM samples with the learner's weights of each step: no drift beyond fp32
     assert all(r["rollout_logprob_drift_mean"] <= 1e-3 for r in rows)
     assert rows[-1]["ray_worker_restarts"] == 0
+
+
+@pytest.mark.slow
+def test_a_failing_verifier_in_ray_reward_actors_is_logged_as_in_one_process(tmp_path, cluster):
+    verifier = tmp_path / "bad.py"
+    verifier.write_text(
+        "def verify(completion, sample):\n"
+        "    if len(completion) % 2:\n"
+        "        raise ValueError('odd length')\n"
+        "    return 'no number'\n"
+    )
+    failing = [*TINY, f"reward.verifier={verifier}:verify", "logging.samples_every=0"]
+    single = tmp_path / "single"
+    _run(single, failing)
+    distributed = tmp_path / "ray"
+    _run(distributed, [*failing, *RAY, "distributed.reward_workers=2"])
+
+    def lines(run_dir: Path) -> list[dict]:
+        return [json.loads(x) for x in (run_dir / "errors.jsonl").read_text().splitlines()]
+
+    want, got = lines(single), lines(distributed)
+    assert [m["verifier_failures"] for m in _metrics(distributed)] == [16, 16]
+    strip = ("traceback",)
+    assert [{k: v for k, v in x.items() if k not in strip} for x in got] == [
+        {k: v for k, v in x.items() if k not in strip} for x in want
+    ]
+    traced = [x for x in got if x["traceback"] is not None]
+    assert len(traced) == 1 and "raise ValueError('odd length')" in traced[0]["traceback"]
+    assert [x["traceback"] is None for x in got] == [x["traceback"] is None for x in want]

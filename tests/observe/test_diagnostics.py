@@ -180,3 +180,28 @@ def test_tool_timeouts_and_errors_need_three_steps_with_enough_calls():
     assert "tool_errors" in _names(h)
     h[-1]["tool_calls"] = 2  # too few calls at the latest step to judge
     assert "tool_errors" not in _names(h)
+
+
+def test_the_tool_errors_warning_sends_a_raising_step_to_errors_jsonl():
+    h = _healthy()
+    for row in h[-3:]:
+        row.update(tool_calls=20, tool_timeout_fraction=0.0, tool_error_fraction=0.9)
+    (warning,) = [d for d in diagnose(h) if d.name == "tool_errors"]
+    # samples/ holds what a tool printed; a step that raised left its traceback in errors.jsonl
+    assert "the tracebacks are there" not in warning.message
+    assert "errors.jsonl" in warning.message
+
+
+def test_a_failure_warning_quotes_the_error_when_more_than_half_failed():
+    from rlvr.observe.diagnostics import failure_warning
+
+    assert failure_warning(3, "verifier", 8, 16, "ValueError: boom") is None  # half: not more
+    warning = failure_warning(3, "verifier", 12, 16, "ValueError: boom")
+    assert warning.line() == (
+        "warning [verifier_failures] step 3: 12 of 16 completions failed in the verifier: "
+        "ValueError: boom (errors.jsonl has the traceback)"
+    )
+    held_out = failure_warning(0, "environment", 3, 4, "KeyError: 'x'", phase="eval")
+    assert held_out.name == "eval_environment_failures"
+    assert "3 of 4 held-out completions failed in the environment" in held_out.line()
+    assert failure_warning(1, "verifier", 0, 0, "") is None

@@ -77,13 +77,13 @@ def test_components_are_reported_in_process_and_popped(spec):
     scorer = Scorer(build_verifier(spec))
     rewards, failures = scorer(TEXTS, [{}] * len(TEXTS))
     tenth, third = (f"{spec.split(',')[i].rsplit(':', 1)[0]}" for i in range(2))
-    assert failures == 2  # the non-finite total and the raising component
+    assert failures == 2  # the component that returned NaN and the one that raised
     assert rewards[3] == rewards[4] == 0.0
-    # the sample whose total is non-finite still logs its components; the raising one does not
-    kept = [t for t in TEXTS if t != "raise"]
+    # a failed completion logs no component (a NaN one fails it: it never reaches the mean)
+    kept = [t for t in TEXTS if t not in ("nan", "raise")]
     assert scorer.components[tenth] == [len(t) / 10 for t in kept]
-    assert scorer.components[third][:3] == [1 / 3, 2 / 3, 1.0]
-    assert math.isnan(scorer.components[third][3])
+    assert scorer.components[third] == [len(t) / 3 for t in kept]
+    assert [f.component for f in scorer.pop_failures()] == [third, third]
     assert scorer.pop_components().keys() == {tenth, third}
     assert scorer.components == {}
 

@@ -226,3 +226,112 @@ def test_one_draw_from_the_generator_per_call_whatever_the_turns():
         generator=torch.Generator().manual_seed(5),
     )
     assert [c.tolist() for c in a.completion_ids] == [c.tolist() for c in b.completion_ids]
+
+
+# -- a failing environment fails its row -------------------------------------------------------
+
+
+class RaisesInStep:
+    def reset(self, sample):
+        return None
+
+    def step(self, text):
+        raise RuntimeError("environment bug")
+
+
+class RaisesADataError:
+    def reset(self, sample):
+        return None
+
+    def step(self, text):
+        from rlvr.errors import DataError
+
+        raise DataError("sample has no 'board'")  # a user error, but no config error
+
+
+class RaisesInReset:
+    def reset(self, sample):
+        raise KeyError(sample["missing"])
+
+    def step(self, text):  # never reached
+        return StepResult(done=True, reward=1.0)
+
+
+class ReturnsWrong:
+    def reset(self, sample):
+        return None
+
+    def step(self, text):
+        return {"done": True}
+
+
+class RewardsAString:
+    def reset(self, sample):
+        return None
+
+    def step(self, text):
+        return StepResult(done=True, reward="1")
+
+
+def failing_rollout(env_class, samples=({"id": "p0"}, {"prompt": "no id"})):
+    tok = ascii_chat_tokenizer(CHATML)
+    engine = MultiTurnEngine(ScriptedEngine(tok, [CALL, ANSWER]), tok, env_class, max_turns=2)
+    prompts = [[5, 6]] * len(samples)
+    return engine.generate(prompts, 2, SamplingParams(max_new_tokens=400), samples=list(samples))
+
+
+@pytest.mark.parametrize(
+    ("env_class", "error", "traceback"),
+    [
+        (RaisesInStep, "RuntimeError: environment bug", True),
+        (RaisesADataError, "DataError: sample has no 'board'", True),
+        (RaisesInReset, "KeyError: 'missing'", True),
+        (ReturnsWrong, "TypeError: the environment's step returned dict {'done': True}", False),
+        (
+            RewardsAString,
+            "TypeError: the environment's step returned a StepResult whose reward is str '1'",
+            False,
+        ),
+    ],
+    ids=[
+        "step-raises",
+        "step-raises-data-error",
+        "reset-raises",
+        "not-a-step-result",
+        "reward-not-a-number",
+    ],
+)
+def test_a_failing_environment_ends_its_row_with_reward_0_and_a_record(env_class, error, traceback):
+    batch = failing_rollout(env_class)
+    assert [t.turns for t in batch.tools] == [1] * 4  # the row ended after its first turn
+    assert [t.env_reward for t in batch.tools] == [0.0] * 4  # whatever the verifier says
+    assert batch.rewards_with_env([1.0] * 4) == [0.0] * 4
+    records = batch.environment_failures()
+    assert [(f.kind, f.row, f.sample_id) for f in records] == [
+        ("environment", 0, "p0"),
+        ("environment", 1, "p0"),
+        ("environment", 2, 1),
+        ("environment", 3, 1),
+    ]
+    assert all(f.error.startswith(error) for f in records)
+    # the traceback comes out of the step's thread, once per error in the batch
+    assert (records[0].traceback is not None) == traceback
+    assert [f.traceback for f in records[1:]] == [None] * 3
+    if traceback:
+        assert "test_multi_turn.py" in records[0].traceback
+
+
+def test_a_config_error_in_a_step_stops_the_rollout():
+    from rlvr.errors import ConfigError
+
+    class NeedsSetup(RaisesInStep):
+        def step(self, text):
+            raise ConfigError("environment: the sandbox cannot start")
+
+    with pytest.raises(ConfigError, match="cannot start"):
+        failing_rollout(NeedsSetup)
+
+
+def test_a_working_environment_has_no_failure():
+    batch = failing_rollout(Calculator)
+    assert batch.environment_failures() == [] and all(t.failure is None for t in batch.tools)

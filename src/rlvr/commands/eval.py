@@ -273,6 +273,7 @@ def run_builtin(args: argparse.Namespace) -> int:
     results = []
     for name in args.model:
         results.append(evaluate_model(name, samples, args, verifier, extract, other_readings))
+    _warn_failures(args.model, results)
     print(format_table(args.model, results, args.k))
     if args.output:
         report = {
@@ -354,6 +355,7 @@ def run_config(args: argparse.Namespace) -> int:
         resolve_model_path(each.model.name_or_path, each.model.gguf_file)
     other_readings = readings(cfg.reward.verifier)
     results = [evaluate_config(each, readings=other_readings, log=_log) for each in configs]
+    _warn_failures(names, results)
     print(format_table(names, results, cfg.eval.k))
     if args.output:
         report = {
@@ -364,6 +366,18 @@ def run_config(args: argparse.Namespace) -> int:
         }
         _write_report(args.output, report)
     return 0
+
+
+def _warn_failures(names: list[str], results: list[dict[str, float]]) -> None:
+    """One stderr line per model whose evaluation had completions the verifier or the
+    environment failed (scored 0, as in training)."""
+    for name, metrics in zip(names, results):
+        for kind in ("verifier", "environment"):
+            if metrics.get(f"{kind}_failures"):
+                _log(
+                    f"warning: {int(metrics[f'{kind}_failures'])} completions of {name} failed "
+                    f"in the {kind} and scored 0"
+                )
 
 
 def _log(message: str) -> None:

@@ -14,7 +14,15 @@ from pathlib import Path
 
 from rlvr.errors import UserError
 
-RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "samples", "final", "checkpoints")
+RUN_FILES = (
+    "config.yaml",
+    "metrics.jsonl",
+    "summary.json",
+    "samples",
+    "errors.jsonl",
+    "final",
+    "checkpoints",
+)
 
 
 def check_run_dir(

@@ -17,6 +17,11 @@ Decisions:
 - Scoring runs in a VerifierPool (--workers, default: one per CPU) with a per-sample time limit
   (--timeout); --workers 0 scores in this process, where only verifiers that isolate themselves
   (math) have a time limit.
+- Failing verifiers follow the training policy (rlvr.rewards.base), in a pool or not: a sample
+  whose verifier raises, returns anything but a finite number, crashes or times out scores 0
+  with detail "error: Type: message" and counts in `failures`; each distinct error (the same
+  type from the same line) is printed once to stderr with its traceback. A ConfigError (a
+  missing dependency, a sandbox that cannot start) stops the command with its one line.
 """
 
 from __future__ import annotations
@@ -95,40 +100,51 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
 
 
 class _InProcessScorer:
-    """The VerifierPool interface over a verifier called in this process."""
+    """The VerifierPool interface over a verifier called in this process (`score_one`, as
+    the pool's workers do)."""
 
     def __init__(self, spec: str) -> None:
         from rlvr.rewards.compose import build_verifier
 
         self.verifier = build_verifier(spec)
 
-    def score_batch(self, completions: list[str], samples: list[dict[str, Any]]):  # noqa: ANN201
-        import math
+    def score_with_failures(self, completions: list[str], samples: list[dict[str, Any]]):  # noqa: ANN201
+        from dataclasses import replace
 
-        from rlvr.rewards.base import score_with_detail
-        from rlvr.rewards.pool import DETAIL_MAX_CHARS, BatchScores
+        from rlvr.rewards.pool import BatchScores, score_one
 
-        rewards, details, failures = [], [], 0
-        for completion, sample in zip(completions, samples):
-            try:
-                s = score_with_detail(self.verifier, completion, sample)
-                reward, detail = float(s.reward), str(s.detail)[:DETAIL_MAX_CHARS]
-                if not math.isfinite(reward):
-                    raise ValueError(f"non-finite reward {reward}")
-            except Exception as e:  # noqa: BLE001 - counted, like in the pool and the trainer
-                reward, detail, failures = (
-                    0.0,
-                    f"error: {type(e).__name__}: {e}"[:200],
-                    failures + 1,
-                )
-            rewards.append(reward)
-            details.append(detail)
-        return BatchScores(rewards, failures, details)
+        rewards, details, failed = [], [], []
+        for row, (completion, sample) in enumerate(zip(completions, samples)):
+            reply = score_one(self.verifier, completion, sample)
+            rewards.append(reply.reward)
+            details.append(reply.detail)
+            if reply.failure is not None:
+                failed.append(replace(reply.failure, row=row))
+        return BatchScores(rewards, len(failed), details), {}, failed
 
     def close(self) -> None:
         close = getattr(self.verifier, "close", None)
         if callable(close):
             close()
+
+
+def report_failures(
+    failures: list[Any], chunk: list[dict[str, Any]], begin: int, seen: set[str], err: TextIO
+) -> None:
+    """Each error of `chunk` (input samples from `begin`) not in `seen` (the same type from
+    the same line is one error), once: the sample it first failed (its position in the input
+    from 1, and its id when it has one), the error line, and the traceback."""
+    from rlvr.rewards.base import sample_id
+
+    for f in failures:
+        if f.key in seen:
+            continue
+        seen.add(f.key)
+        named = sample_id(chunk[f.row], None)
+        where = f"sample {begin + f.row + 1}" + (f" (id {named!r})" if named is not None else "")
+        print(f"verify: the verifier failed on {where}: {f.error}", file=err)
+        if f.traceback:
+            print(f.traceback.rstrip("\n"), file=err)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         scorer = VerifierPool(args.verifier, workers=args.workers, timeout_s=args.timeout)
         how = f"{scorer.workers} workers"
     total, failures = 0.0, 0
+    seen: set[str] = set()  # errors already printed
     out: TextIO = sys.stdout
     try:
         if args.output:
@@ -154,8 +171,9 @@ def run(args: argparse.Namespace) -> int:
             out = open(args.output, "w", encoding="utf-8")  # noqa: SIM115 - closed below
         for begin in range(0, len(samples), CHUNK):
             chunk = samples[begin : begin + CHUNK]
-            scores = scorer.score_batch([s["completion"] for s in chunk], chunk)
+            scores, _, failed = scorer.score_with_failures([s["completion"] for s in chunk], chunk)
             failures += scores.failures
+            report_failures(failed, chunk, begin, seen, sys.stderr)
             for sample, reward, detail in zip(chunk, scores.rewards, scores.details):
                 total += reward
                 out.write(json.dumps({**sample, "reward": reward, "detail": detail}) + "\n")

@@ -12,7 +12,8 @@ Data flow of one rollout round (`RayRollouts.round`):
      global first row                                      changed, samples with keyed sampling
   3. concat the shards, check every row is there once  ◀── completions
   4. the rows, split in contiguous shards            ──▶ RewardWorker.score (the trainer's Scorer)
-  5. concat the rewards                              ◀── rewards, verifier failures
+  5. concat the rewards                              ◀── rewards, verifier failures (with
+                                                          each failure's record and traceback)
   6. advantages, the update, metrics, evaluation: the trainer, on the driver
 
 Exactness. Keyed sampling makes a row's draws a function of the call's seed (one draw from the
@@ -70,6 +71,7 @@ import torch
 from rlvr.config import Config, ModelConfig, RolloutConfig
 from rlvr.distributed.world import World, launched_world_size
 from rlvr.errors import ConfigError, UserError
+from rlvr.rewards.base import Failure
 from rlvr.rewards.scoring import Scorer
 from rlvr.rollout import RolloutBatch, Round, SamplingParams, build_engine, concat_batches
 
@@ -156,12 +158,14 @@ class Generated:
 
 @dataclass
 class Scored:
-    """A reward actor's answer: one reward per row, failures, composite components."""
+    """A reward actor's answer: one reward per row, failures, composite components, and the
+    failures' records (rows numbered as in the round, tracebacks from the actor)."""
 
     rewards: list[float]
     failures: int
     incarnation: str
     components: dict[str, list[float]] = field(default_factory=dict)
+    errors: list[Failure] = field(default_factory=list)
 
 
 def _incarnation() -> str:
@@ -253,9 +257,18 @@ class RewardWorker:
         self.scorer = Scorer(build_verifier(spec), pool)
         self.incarnation = _incarnation()
 
-    def score(self, texts: list[str], samples: list[Mapping[str, Any]]) -> Scored:
-        rewards, failures = self.scorer(texts, samples)
-        return Scored(rewards, failures, self.incarnation, self.scorer.pop_components())
+    def score(
+        self,
+        texts: list[str],
+        samples: list[Mapping[str, Any]],
+        first_row: int = 0,
+        indices: list[int] | None = None,
+    ) -> Scored:
+        """The rows' rewards; failures numbered from `first_row` (the shard's first row in the
+        round), their samples' fallback ids from `indices` (the Scorer's)."""
+        rewards, failures = self.scorer(texts, samples, first_row=first_row, indices=indices)
+        components, errors = self.scorer.pop_components(), self.scorer.pop_failures()
+        return Scored(rewards, failures, self.incarnation, components, errors)
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -382,12 +395,17 @@ class RayRollouts:
         ]
 
     def dispatch_score(
-        self, texts: list[str], row_samples: list[Mapping[str, Any]]
+        self,
+        texts: list[str],
+        row_samples: list[Mapping[str, Any]],
+        prompt_index: list[int] | None = None,
     ) -> list[tuple[int, Any]]:
-        """Send each reward actor its contiguous shard of the rows: [(first row, ref)]."""
+        """Send each reward actor its contiguous shard of the rows: [(first row, ref)];
+        `prompt_index`: each row's prompt, which names a failed row's sample when it has no id."""
         shards = shard_ranges(len(texts), len(self.reward_actors))
+        index = prompt_index if prompt_index is not None else list(range(len(texts)))
         return [
-            (lo, actor.score.remote(texts[lo:hi], row_samples[lo:hi]))
+            (lo, actor.score.remote(texts[lo:hi], row_samples[lo:hi], lo, index[lo:hi]))
             for actor, (lo, hi) in zip(self.reward_actors, shards)
         ]
 
@@ -428,9 +446,9 @@ class RayRollouts:
             self.generator.set_state(generated[0].generator_state)
         t_generate = time.perf_counter() - t0
         t0 = time.perf_counter()
+        row_samples = [samples[i] for i in batch.prompt_index]
         scored = self.gather(
-            "reward",
-            self.dispatch_score(batch.completion_text, [samples[i] for i in batch.prompt_index]),
+            "reward", self.dispatch_score(batch.completion_text, row_samples, batch.prompt_index)
         )
         rewards = [r for part in scored for r in part.rewards]
         if len(rewards) != len(batch):
@@ -443,7 +461,8 @@ class RayRollouts:
                 components.setdefault(name, []).extend(values)
         t_score = time.perf_counter() - t0
         failures = sum(p.failures for p in scored)
-        return Round(batch, rewards, failures, t_generate, t_score, components)
+        errors = [f for part in scored for f in part.errors]
+        return Round(batch, rewards, failures, t_generate, t_score, components, errors)
 
     def metrics(self) -> dict[str, float]:
         return {"ray_worker_restarts": self.worker_restarts}  # since the run started

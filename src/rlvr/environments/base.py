@@ -15,8 +15,12 @@ with loss mask 0 and lets the model continue, up to `environment.max_turns` mode
 An environment is plain Python (no torch): the built-in `python` tool, or a user class named
 'module:Class' or 'path/file.py:Class', constructed with no arguments once per row. Steps of
 different rows run in parallel threads; a step that overruns `environment.timeout_s` (plus a
-grace second) is abandoned and ends its row as a tool timeout. Only the built-in tool runs
-code in a sandbox; a user environment is trusted code of the user's (docs/guides/tools.md).
+grace second) is abandoned and ends its row as a tool timeout. An environment that raises
+(anything but a ConfigError, which stops the run) or returns what the protocol does not allow
+(a `reset` that is no string or None, a `step` that is no StepResult, a reward that is no
+finite number) fails its row: it ends with reward 0 and is recorded in errors.jsonl
+(rlvr.rollout.multi_turn). Only the built-in tool runs code in a sandbox; a user environment is
+trusted code of the user's (docs/guides/tools.md).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ class StepResult:
 
     observation: text appended after the model's turn before it continues; None ends the row.
     reward: the row's reward when the environment decides it (it replaces the verifier's
-        score of the row); None: the verifier's score of the transcript stands.
+        score of the row); None: the verifier's score of the transcript stands. Anything but
+        None or a finite real number fails the row.
     done: the row ends after this step (also when an observation is given: it is not shown).
     role: None: the observation text is appended as it is (tokenized alone); a chat role
         ('tool', 'user'): it is that message, rendered by the tokenizer's chat template.

@@ -3,6 +3,10 @@
 `diagnose(history)` looks at the per-step metric rows written so far (oldest first) and returns
 the warnings that hold at the latest step. Each check is a small function; thresholds are
 arguments with defaults chosen from what practitioners report, not tuned on one run.
+
+`failure_warning` is the one warning that needs more than the metrics: the error that made most
+of a step's completions fail in the verifier or the environment, quoted from the step's failure
+records (errors.jsonl, written by rlvr.training.step_metrics.ErrorLog, which calls it).
 """
 
 from __future__ import annotations
@@ -24,7 +28,11 @@ class Diagnostic:
     message: str
 
     def line(self) -> str:
-        head = f"warning [{self.name}] step {self.step}: {self.metric}={self.value:.4g}"
+        """'warning [name] step N: metric=value: message' ('metric=value: ' left out when
+        `metric` is empty: the message says it)."""
+        head = f"warning [{self.name}] step {self.step}"
+        if self.metric:
+            head += f": {self.metric}={self.value:.4g}"
         return f"{head}: {self.message}"
 
 
@@ -245,10 +253,40 @@ def tool_failures(
             history[-1]["step"],
             "tool_error_fraction",
             float(rows[-1]["tool_error_fraction"]),
-            "most tool calls fail; read the transcripts in samples/ (the tracebacks are there) "
-            "and check the tool's limits (environment.memory_mb, environment.timeout_s)",
+            "most tool calls fail; read the transcripts in samples/ (a tool's own errors are "
+            "there; errors.jsonl has the traceback of a step that raised) and check the "
+            "tool's limits (environment.memory_mb, environment.timeout_s)",
         )
     return None
+
+
+def failure_warning(
+    step: int,
+    kind: str,
+    failed: int,
+    total: int,
+    error: str,
+    *,
+    phase: str = "train",
+    traceback: bool = True,
+    threshold: float = 0.5,
+) -> Diagnostic | None:
+    """More than `threshold` of a step's `total` completions failed in the `kind` ("verifier"
+    or "environment"): a Diagnostic named `<kind>_failures` (`eval_<kind>_failures` for the
+    held-out evaluation, `phase` "eval") that quotes `error`, the failures' most common error
+    line, and says where its `traceback` is (when it has one). None otherwise (no completion,
+    or `failed` at most threshold x total)."""
+    if total <= 0 or failed <= threshold * total:
+        return None
+    prefix, what = ("eval_", "held-out completions") if phase == "eval" else ("", "completions")
+    where = "errors.jsonl has the traceback" if traceback else "errors.jsonl lists them"
+    return Diagnostic(
+        f"{prefix}{kind}_failures",
+        step,
+        "",
+        float(failed),
+        f"{failed} of {total} {what} failed in the {kind}: {error} ({where})",
+    )
 
 
 CHECKS = (

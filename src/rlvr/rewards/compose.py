@@ -7,6 +7,9 @@ anything `get_verifier` resolves (a built-in name, 'module:function', 'file.py:f
 WEIGHT (default 1.0) is recognised because it parses as a number, which a Python function
 name cannot. `score_components` returns each verifier's unweighted reward under its name, so the
 trainer can log reward/math and reward/format separately (their mean and std), not just the sum.
+A component that raises or returns anything but a finite number fails the whole completion: the
+exception leaves marked with the component's name (`rlvr.rewards.base.mark_component`), so the
+failure's record names it.
 
 The batch adapters never broadcast: completions and samples of different lengths are a bug
 upstream, and a ValueError naming both lengths is raised.
@@ -16,11 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from rlvr.errors import ConfigError
-from rlvr.rewards.base import Score, Verifier, score_with_detail
+from rlvr.rewards.base import (
+    Score,
+    Verifier,
+    checked_reward,
+    mark_component,
+    score_with_detail,
+    stops_the_run,
+)
+
+T = TypeVar("T")
 
 
 class CompositeVerifier:
@@ -48,8 +60,12 @@ class CompositeVerifier:
         return cls(components)
 
     def score_components(self, completion: str, sample: Mapping[str, Any]) -> dict[str, float]:
-        """Each component's unweighted reward, by name."""
-        return {name: float(v(completion, sample)) for name, (v, _) in self.components.items()}
+        """Each component's unweighted reward, by name, each checked (`checked_reward`); the
+        first component that fails raises, marked with its name."""
+        return {
+            name: _component(name, _checked_call, v, completion, sample, name)
+            for name, (v, _) in self.components.items()
+        }
 
     def weighted_sum(self, parts: Mapping[str, float]) -> float:
         """sum_i weight_i * parts[name_i], in component order: the reward of `__call__` and of
@@ -72,7 +88,7 @@ class CompositeVerifier:
         `weighted_sum` in the last bit."""
         total, details, parts = 0.0, [], {}
         for name, (v, w) in self.components.items():
-            s = score_with_detail(v, completion, sample)
+            s = _component(name, score_with_detail, v, completion, sample, _who(name))
             total += w * s.reward
             parts[name] = float(s.reward)
             details.append(f"{name}={s.reward:g}" + (f" ({s.detail})" if s.detail else ""))
@@ -86,6 +102,24 @@ class CompositeVerifier:
                 for name, (v, w) in self.components.items()
             }
         )
+
+
+def _who(name: str) -> str:
+    return f"the verifier '{name}'"
+
+
+def _checked_call(v: Verifier, completion: str, sample: Mapping[str, Any], name: str) -> float:
+    return checked_reward(v(completion, sample), _who(name))
+
+
+def _component(name: str, fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args), an exception from it marked as component `name`'s (unless it stops the run)."""
+    try:
+        return fn(*args)
+    except BaseException as e:
+        if not stops_the_run(e):
+            mark_component(e, name)
+        raise
 
 
 def _split_weight(item: str) -> tuple[str, float]:
@@ -120,14 +154,15 @@ def _check_lengths(completions: Sequence[str], samples: Sequence[Mapping[str, An
 def score_batch(
     verifier: Verifier, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
 ) -> list[float]:
-    """[verifier(c, s) for each pair], in order, in this process."""
+    """[verifier(c, s) for each pair], in order, in this process; each reward checked
+    (`checked_reward`: a wrong return value raises, as any exception of the verifier does)."""
     _check_lengths(completions, samples)
-    return [float(verifier(c, s)) for c, s in zip(completions, samples)]
+    return [checked_reward(verifier(c, s)) for c, s in zip(completions, samples)]
 
 
 async def score_async(verifier: Verifier, completion: str, sample: Mapping[str, Any]) -> float:
     """Await a blocking verifier without blocking the event loop (runs in a thread)."""
-    return float(await asyncio.to_thread(verifier, completion, sample))
+    return checked_reward(await asyncio.to_thread(verifier, completion, sample))
 
 
 async def score_batch_async(

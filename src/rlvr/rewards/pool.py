@@ -2,9 +2,13 @@
 
 `VerifierPool(spec, workers, timeout_s)` resolves the verifier spec inside each worker
 (`WorkerProcess`, see workers.py: why processes, the start method, how children die with their
-parent) and hands samples to whichever worker is free. A sample whose verifier raises, returns a
-non-finite value, crashes its worker or overruns `timeout_s` gets reward 0, a detail saying which,
-and is counted in `failures`; the worker is killed if needed and replaced.
+parent) and hands samples to whichever worker is free. The policy for failing user code is the
+in-process one (rlvr.rewards.base): a sample whose verifier raises (anything but a ConfigError or
+KeyboardInterrupt, which the parent raises again: they stop the run), returns anything but a
+finite number (`checked_reward`, in the worker), crashes its worker or overruns `timeout_s` gets
+reward 0, a detail saying which, and is counted in `failures`; the worker is killed if needed
+and replaced. Each failure also comes back as a `Failure` record with the worker's traceback
+(`score_with_failures`).
 
 A composite verifier ('math:1.0,format:0.1') also returns each component's unweighted reward, so
 the trainer logs reward/<name> with a pool as it does in-process.
@@ -12,17 +16,25 @@ the trainer logs reward/<name> with a pool as it does in-process.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from rlvr.errors import ConfigError
-from rlvr.rewards.base import score_with_detail
+from rlvr.rewards.base import (
+    Failure,
+    Score,
+    checked_reward,
+    failure_of,
+    failure_without_traceback,
+    score_with_detail,
+    stops_the_run,
+)
 from rlvr.rewards.compose import CompositeVerifier, build_verifier
 from rlvr.rewards.workers import (
     DETAIL_MAX_CHARS,
@@ -34,14 +46,46 @@ from rlvr.rewards.workers import (
     short_error,
 )
 
-# One worker's reply for one sample: reward, detail, and each component's reward (composites).
-Reply = tuple[float, str, dict[str, float] | None]
+
+class Reply(NamedTuple):
+    """One sample's score: reward, detail, each component's reward (composites, when it
+    scored), the failure (None: it scored), and `stop`: (exception type, message) of what
+    stops the run (a ConfigError, KeyboardInterrupt), raised again by the pool's parent."""
+
+    reward: float
+    detail: str
+    parts: dict[str, float] | None
+    failure: Failure | None = None
+    stop: tuple[str, str] | None = None
 
 
 class BatchScores(NamedTuple):
     rewards: list[float]
     failures: int
     details: list[str]
+
+
+def score_one(verifier: Any, completion: str, sample: Mapping[str, Any]) -> Reply:
+    """One sample scored under the failure policy (rlvr.rewards.base): the reward checked, a
+    failure recorded with reward 0 and detail 'error: Type: message'; what stops the run is
+    raised. The pool's workers and `rlvr verify --workers 0` score with this."""
+
+    def score() -> tuple[Score, dict[str, float] | None]:
+        if isinstance(verifier, CompositeVerifier):
+            total, parts = verifier.score_with_components(completion, sample)
+            return Score(
+                checked_reward(total.reward, "the composite verifier"), total.detail
+            ), parts
+        return score_with_detail(verifier, completion, sample), None
+
+    try:
+        result, parts = score()
+    except BaseException as e:  # noqa: BLE001 - the policy: one sample fails, the run goes on
+        if stops_the_run(e):
+            raise
+        failure = failure_of(e, "verifier")
+        return Reply(0.0, f"error: {failure.error}"[:DETAIL_MAX_CHARS], None, failure)
+    return Reply(result.reward, str(result.detail)[:DETAIL_MAX_CHARS], parts)
 
 
 def _verifier_handler(spec: str) -> Callable[[tuple[str, Mapping[str, Any]]], Reply]:
@@ -54,15 +98,12 @@ def _verifier_handler(spec: str) -> Callable[[tuple[str, Mapping[str, Any]]], Re
         verifier = for_worker()
 
     def handle(payload: tuple[str, Mapping[str, Any]]) -> Reply:
-        completion, sample = payload
-        parts = None
-        if isinstance(verifier, CompositeVerifier):
-            score, parts = verifier.score_with_components(completion, sample)
-        else:
-            score = score_with_detail(verifier, completion, sample)
-        # A non-finite reward is judged by the parent, which still logs the components (as the
-        # in-process Scorer does).
-        return float(score.reward), str(score.detail)[:DETAIL_MAX_CHARS], parts
+        try:
+            return score_one(verifier, *payload)
+        except BaseException as e:  # noqa: BLE001 - score_one raises only what stops the run
+            if not stops_the_run(e):
+                raise
+            return Reply(0.0, "", None, stop=(type(e).__name__, str(e)))
 
     return handle
 
@@ -85,10 +126,12 @@ class VerifierPool:
     'module:function', 'path/file.py:function', or a weighted sum "math:1.0,format:0.1". It is
     resolved inside each worker, so user verifiers need not be picklable (samples must be).
 
-    A sample whose verifier raises, returns a non-finite value, crashes its worker (segfault,
-    os._exit) or runs past `timeout_s` gets reward 0 and is counted in `failures`; a killed or
-    dead worker is replaced. The limit is measured from when a ready worker receives the sample,
-    so a replacement's start-up never eats into the next sample's time.
+    A sample whose verifier raises, returns anything but a finite number, crashes its worker
+    (segfault, os._exit) or runs past `timeout_s` gets reward 0 and is counted in `failures`; a
+    killed or dead worker is replaced. A ConfigError or KeyboardInterrupt from the verifier is
+    raised in the caller: it stops the run, as in process. The limit is measured from when a
+    ready worker receives the sample, so a replacement's start-up never eats into the next
+    sample's time.
     """
 
     def __init__(self, spec: str, workers: int | None = None, timeout_s: float = 10.0) -> None:
@@ -139,8 +182,16 @@ class VerifierPool:
         self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
     ) -> tuple[BatchScores, dict[str, list[float]]]:
         """`score_batch`, and for a composite verifier each component's unweighted rewards by
-        name, in sample order, over the samples whose verifier returned (a failed sample that
-        returned a non-finite total included; one that raised, crashed or timed out not)."""
+        name, in sample order, over the samples that scored (a failed one has none)."""
+        scores, components, _ = self.score_with_failures(completions, samples)
+        return scores, components
+
+    def score_with_failures(
+        self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
+    ) -> tuple[BatchScores, dict[str, list[float]], list[Failure]]:
+        """`score_batch_with_components`, and the record of each failed sample in sample order
+        (`row`: its index in `completions`; the traceback is the worker's). A ConfigError or
+        KeyboardInterrupt raised by the verifier in a worker is raised here."""
         if len(completions) != len(samples):
             raise ValueError(
                 f"score_batch: {len(completions)} completions but {len(samples)} samples"
@@ -148,14 +199,14 @@ class VerifierPool:
         n = len(completions)
         rewards, details = [0.0] * n, [""] * n
         parts: list[dict[str, float] | None] = [None] * n
-        failures = 0
+        failed: dict[int, Failure] = {}
         pending = deque(range(n))
         busy: dict[WorkerProcess, tuple[int, float]] = {}  # worker -> (sample index, deadline)
 
-        def fail(i: int, detail: str) -> None:
-            nonlocal failures
-            failures += 1
-            rewards[i], details[i] = 0.0, detail
+        def fail(i: int, failure: Failure, detail: str | None = None) -> None:
+            failed[i] = replace(failure, row=i)
+            rewards[i] = 0.0
+            details[i] = (detail or f"error: {failure.error}")[:DETAIL_MAX_CHARS]
 
         while pending or busy:
             for w in self._workers:
@@ -169,7 +220,7 @@ class VerifierPool:
                     w.restart()
                     continue
                 except Exception as e:  # noqa: BLE001 - an unpicklable sample fails alone
-                    fail(i, f"error: {short_error(e)}")
+                    fail(i, failure_of(e, "verifier"), f"error: {short_error(e)}")
                     continue
                 busy[w] = (i, time.monotonic() + self.timeout_s)
             starting = [w for w in self._workers if not w.ready]
@@ -195,23 +246,45 @@ class VerifierPool:
                     del busy[w]
                     # A reply written just before the worker died is still in the pipe.
                     try:
-                        rewards[i], details[i], parts[i] = w.receive()
-                        if not math.isfinite(rewards[i]):
-                            reason = ValueError(f"non-finite reward {rewards[i]}")
-                            fail(i, f"error: {short_error(reason)}")
-                    except WorkerError as e:
-                        fail(i, f"error: {e}")
+                        reply = Reply(*w.receive())
+                    except WorkerError as e:  # raised outside the handler's own containment
+                        failure = failure_without_traceback("verifier", str(e))
+                        fail(i, replace(failure, traceback=e.traceback))
+                        continue
                     except WorkerCrashed as e:
-                        fail(i, str(e))
+                        fail(
+                            i, failure_without_traceback("verifier", f"WorkerCrashed: {e}"), str(e)
+                        )
+                        continue
+                    if reply.stop is not None:
+                        self._stop(busy, *reply.stop)
+                    rewards[i], details[i], parts[i] = reply.reward, reply.detail, reply.parts
+                    if reply.failure is not None:
+                        fail(i, reply.failure, reply.detail)
                 elif now >= deadline:
                     del busy[w]
                     w.restart()
-                    fail(i, f"timeout after {self.timeout_s:g} s")
+                    message = f"timeout after {self.timeout_s:g} s"
+                    fail(
+                        i,
+                        failure_without_traceback("verifier", f"WorkerTimeout: {message}"),
+                        message,
+                    )
         components: dict[str, list[float]] = {}
         for sample_parts in parts:
             for name, value in (sample_parts or {}).items():
                 components.setdefault(name, []).append(value)
-        return BatchScores(rewards, failures, details), components
+        records = [failed[i] for i in sorted(failed)]
+        return BatchScores(rewards, len(records), details), components, records
+
+    def _stop(self, busy: Mapping[WorkerProcess, Any], kind: str, message: str) -> None:
+        """A worker's verifier raised what stops the run: the calls still running are
+        abandoned (their workers replaced, so the pool stays usable) and it is raised here."""
+        for w in busy:
+            w.restart()
+        if kind == "KeyboardInterrupt":
+            raise KeyboardInterrupt(message)
+        raise ConfigError(message)
 
     def close(self) -> None:
         for w in self._workers:

@@ -1,25 +1,37 @@
 """`Scorer`: the verifier applied to a step's completions, with failures contained and counted.
 
     rewards, failures = Scorer(verifier, pool)(texts, samples)
+    records = scorer.pop_failures()            # one `Failure` per failed completion
 
-In this process (`pool=None`) or in a `VerifierPool` (`reward.workers > 0`). A verifier that
-raises, returns a non-finite value, crashes its worker or times out gives reward 0 and is counted
-in `failures`: one bad sample must not kill a long run. User errors (a missing optional
-dependency, a bad verifier spec) still stop the run.
+In this process (`pool=None`) or in a `VerifierPool` (`reward.workers > 0`), under the one
+policy for failing user code (rlvr.rewards.base): a verifier that raises, returns anything but
+a finite real number (`checked_reward`: None, "1.0", a list, NaN), crashes its worker or times
+out gives reward 0, is counted in `failures` and leaves a `Failure` record (error line,
+traceback, row, sample id); one bad sample must not kill a long run. A ConfigError (a missing
+optional dependency, bad settings, a sandbox that cannot start) or KeyboardInterrupt stops the
+run. Any other UserError a verifier raises (a DataError for a malformed sample) is that
+completion's failure.
 
 A composite verifier ('math:1.0,format:0.1') also reports each component's unweighted reward,
-appended to `components[name]` in sample order, so the trainer can log reward/<name>; in process
-the reward is `CompositeVerifier.weighted_sum` of those components.
+appended to `components[name]` in sample order over the completions that scored, so the
+trainer can log reward/<name>; in process the reward is `CompositeVerifier.weighted_sum` of
+those components. A failing component fails its completion, and the record names it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from rlvr.errors import UserError
-from rlvr.rewards.base import Verifier
+from rlvr.rewards.base import (
+    Failure,
+    Verifier,
+    checked_reward,
+    contained,
+    first_tracebacks,
+    sample_id,
+)
 from rlvr.rewards.compose import CompositeVerifier
 
 if TYPE_CHECKING:
@@ -33,39 +45,75 @@ class Scorer:
         self.verifier = verifier
         self.pool = pool
         self.components: dict[str, list[float]] = {}
+        self.failures: list[Failure] = []
 
     def __call__(
-        self, texts: list[str], samples: list[Mapping[str, Any]]
+        self,
+        texts: list[str],
+        samples: list[Mapping[str, Any]],
+        *,
+        first_row: int = 0,
+        indices: Sequence[int] | None = None,
     ) -> tuple[list[float], int]:
-        """(reward per completion, number of failures); raises ValueError on unequal lengths."""
+        """(reward per completion, number of failures); raises ValueError on unequal lengths.
+
+        Each failure's record is appended to `failures` with `row` = first_row + its position
+        and `sample_id` from its sample, else `indices[position]` (default: the row); of the
+        records of one error (`Failure.key`) only the first keeps its traceback."""
         if len(texts) != len(samples):
             raise ValueError(f"{len(texts)} completions for {len(samples)} samples")
         if self.pool is not None:
-            scores, components = self.pool.score_batch_with_components(texts, samples)
+            scores, components, failed = self.pool.score_with_failures(texts, samples)
             for name, values in components.items():
                 self.components.setdefault(name, []).extend(values)
-            return list(scores.rewards), scores.failures
+            rewards = list(scores.rewards)
+        else:
+            rewards, failed = self._in_process(texts, samples)
+        where = list(indices) if indices is not None else None
+        for f in first_tracebacks(failed):
+            index = where[f.row] if where is not None else first_row + f.row
+            sid = sample_id(samples[f.row], index)
+            self.failures.append(replace(f, row=first_row + f.row, sample_id=sid))
+        return rewards, len(failed)
+
+    def _in_process(
+        self, texts: list[str], samples: list[Mapping[str, Any]]
+    ) -> tuple[list[float], list[Failure]]:
         composite = self.verifier if isinstance(self.verifier, CompositeVerifier) else None
-        rewards, failures = [], 0
-        for text, sample in zip(texts, samples):
-            try:
-                if composite is not None:
-                    parts = composite.score_components(text, sample)
-                    for name, value in parts.items():
-                        self.components.setdefault(name, []).append(value)
-                    r = composite.weighted_sum(parts)
-                else:
-                    r = float(self.verifier(text, sample))
-                if not math.isfinite(r):
-                    raise ValueError("non-finite reward")
-            except UserError:
-                raise
-            except Exception:  # noqa: BLE001 - any verifier bug is contained and counted
-                r, failures = 0.0, failures + 1
+        rewards, failed = [], []
+        for i, (text, sample) in enumerate(zip(texts, samples)):
+            if composite is not None:
+                parts, failure = contained(
+                    lambda t=text, s=sample: _composite_parts(composite, t, s), "verifier"
+                )
+                for name, value in (parts or {}).items():
+                    self.components.setdefault(name, []).append(value)
+                r = composite.weighted_sum(parts) if parts is not None else 0.0
+            else:
+                r, failure = contained(
+                    lambda t=text, s=sample: checked_reward(self.verifier(t, s)), "verifier"
+                )
+            if failure is not None:
+                r = 0.0
+                failed.append(replace(failure, row=i))
             rewards.append(r)
-        return rewards, failures
+        return rewards, failed
 
     def pop_components(self) -> dict[str, list[float]]:
         """The components gathered since the last call, and start afresh."""
         out, self.components = self.components, {}
         return out
+
+    def pop_failures(self) -> list[Failure]:
+        """The failure records gathered since the last call, and start afresh."""
+        out, self.failures = self.failures, []
+        return out
+
+
+def _composite_parts(
+    composite: CompositeVerifier, text: str, sample: Mapping[str, Any]
+) -> dict[str, float]:
+    """Each component's reward; raises when one fails or their weighted sum is not finite."""
+    parts = composite.score_components(text, sample)
+    checked_reward(composite.weighted_sum(parts), "the composite verifier")
+    return parts

@@ -31,6 +31,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import traceback
 import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -52,7 +53,12 @@ class WorkerCrashed(Exception):
 
 
 class WorkerError(Exception):
-    """The handler raised; the message is 'ExceptionType: message' from the worker."""
+    """The handler raised; the message is 'ExceptionType: message' from the worker, and
+    `traceback` the worker's formatted traceback (None when it sent none)."""
+
+    def __init__(self, message: str, traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.traceback = traceback
 
 
 class WorkerSetupError(Exception):
@@ -123,7 +129,7 @@ def _worker_main(conn: Connection, factory: str, arg: Any) -> None:
         try:
             conn.send(("ok", handler(payload)))
         except BaseException as e:  # noqa: BLE001 - any verifier bug is reported, not fatal
-            conn.send(("error", short_error(e)))
+            conn.send(("error", (short_error(e), traceback.format_exc())))
 
 
 class WorkerProcess:
@@ -214,7 +220,8 @@ class WorkerProcess:
             self.start()
             raise WorkerCrashed(f"worker crashed (exit code {code})") from None
         if kind == "error":
-            raise WorkerError(value)
+            message, trace = value if isinstance(value, tuple) else (value, None)
+            raise WorkerError(message, trace)
         return value
 
     def call(self, payload: Any, timeout_s: float) -> Any:

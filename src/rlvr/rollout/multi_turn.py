@@ -25,6 +25,16 @@ Each turn is one call of the inner engine over every row still going, so continu
 works within a turn; a later turn prefills its row's whole context again (no KV cache is
 carried between turns). One draw from the caller's generator seeds every turn of a call, so a
 rollout is reproducible and every rank of a torchrun job draws the same number of seeds.
+
+A failing environment fails its row, under the policy of failing verifiers
+(rlvr.rewards.base): its constructor or `reset` raising, `reset` returning anything but a
+string or None, `step` raising (in its thread), or `step` returning anything but a
+`StepResult` whose reward is None or a finite number (`checked_step`). The row ends (a failed
+reset still has its first model turn, never stepped), its reward is 0 whatever the verifier
+says (the transcript is incomplete), and its `ToolRecord.failure` carries the record, traceback
+included, out of the rollout; a failed step also counts as a failed tool call. A step abandoned
+at its time limit stays a tool timeout, no failure. A ConfigError (a sandbox that cannot start) or
+KeyboardInterrupt stops the run.
 """
 
 from __future__ import annotations
@@ -38,7 +48,17 @@ from typing import Any
 import torch
 
 from rlvr.environments import Environment, StepResult, environment_from_config
-from rlvr.errors import ConfigError, UserError
+from rlvr.errors import ConfigError
+from rlvr.rewards.base import (
+    Failure,
+    checked_reward,
+    contained,
+    failure_of,
+    first_tracebacks,
+    return_error,
+    sample_id,
+    stops_the_run,
+)
 from rlvr.rollout.sampling import sampling_seed
 from rlvr.rollout.types import RolloutBatch, SamplingParams, ToolRecord
 
@@ -50,7 +70,8 @@ _POLL_S = 0.02
 class _Row:
     context: list[int]  # prompt (+ reset observation) + completion so far: the next turn's input
     prompt_len: int
-    env: Environment
+    env: Environment | None  # None: it failed to start
+    where: tuple[int, Any]  # (row, sample id) a failure of the row is recorded with
     tokens: list[torch.Tensor] = field(default_factory=list)
     parts: list[tuple[str, str]] = field(default_factory=list)  # (who, text) in order
     masks: list[torch.Tensor] = field(default_factory=list)
@@ -62,6 +83,11 @@ class _Row:
     seconds: float = 0.0
     turns: int = 0
     reward: float | None = None
+    failure: Failure | None = None  # the environment failed: the row ends, reward 0
+
+    def fail(self, failure: Failure | None) -> None:
+        if failure is not None and self.failure is None:
+            self.failure = replace(failure, row=self.where[0], sample_id=self.where[1])
 
     @property
     def used(self) -> int:
@@ -132,12 +158,16 @@ class MultiTurnEngine:
         base_seed = sampling_seed(generator) if generator is not None else None
         rows: list[_Row] = []
         for i, prompt in enumerate(prompt_lists):
+            sample = samples[i] if samples is not None else {}
             for _ in range(n):
-                env = self.make_env()
-                first = env.reset(samples[i] if samples is not None else {})
+                started, failure = contained(lambda s=sample: self._start(s), "environment")
+                env, first = started if started is not None else (None, None)
                 context = prompt + (self._observation_ids(first, None, "eos") if first else [])
                 # (a reset observation is context, appended to the row's prompt as plain text)
-                rows.append(_Row(context, len(context), env))
+                # located as the caller numbers rows (first_row on) and prompts (first_row // n on)
+                where = (first_row + len(rows), sample_id(sample, first_row // n + i))
+                rows.append(_Row(context, len(context), env, where))
+                rows[-1].fail(failure)
         shared_prompts = all(r.prompt_len == len(prompt_lists[i // n]) for i, r in enumerate(rows))
         budget = sampling.max_new_tokens
         params = replace(sampling, stop=tuple(sampling.stop) + self.stop)
@@ -167,12 +197,13 @@ class MultiTurnEngine:
                 row.add(ids, lp)
                 row.parts.append(("model", text))
                 row.finish = reason
-                if reason != "length":
+                if reason != "length" and row.failure is None:
                     stepping.append((r, text))
             results = self._step_all([(rows[r].env, text) for r, text in stepping])
             active = []
-            for (r, _), result in zip(stepping, results):
+            for (r, _), (result, failure) in zip(stepping, results):
                 row = rows[r]
+                row.fail(failure)
                 row.calls += result.tool_call
                 row.errors += result.tool_error
                 row.timeouts += result.tool_timeout
@@ -190,13 +221,25 @@ class MultiTurnEngine:
                 active.append(r)
         return self._batch(rows, len(prompt_lists), n)
 
-    def _step_all(self, work: list[tuple[Environment, str]]) -> list[StepResult]:
-        """env.step(text) of every row, at most `workers` at once, each in a daemon thread of
-        its own. A step that raises is a tool error; a user error (the sandbox cannot start)
-        stops the run. A step running past timeout_s + a grace second is abandoned as a tool
-        timeout: its slot goes to the next step at once, and its thread, being a daemon, never
-        holds up the rollout or the process's exit."""
-        results: list[StepResult | None] = [None] * len(work)
+    def _start(self, sample: Mapping[str, Any]) -> tuple[Environment, str | None]:
+        """A fresh environment for one row, and its reset observation (checked: str or None)."""
+        env = self.make_env()
+        first = env.reset(sample)
+        if first is not None and not isinstance(first, str):
+            raise return_error(first, "the environment's reset", "a string or None")
+        return env, first
+
+    def _step_all(
+        self, work: list[tuple[Environment, str]]
+    ) -> list[tuple[StepResult, Failure | None]]:
+        """(env.step(text), None) of every row, at most `workers` at once, each in a daemon
+        thread of its own. A step that fails (raises, or returns what `checked_step` refuses)
+        gives a failed tool call that ends the row, and its Failure; a ConfigError (the sandbox
+        cannot start) or KeyboardInterrupt stops the run. A step running past timeout_s + a
+        grace second is abandoned as a tool timeout (no failure): its slot goes to the next
+        step at once, and its thread, being a daemon, never holds up the rollout or the
+        process's exit."""
+        results: list[tuple[StepResult, Failure | None] | None] = [None] * len(work)
         slots: list[list] = [[] for _ in work]  # filled by the thread: [result] or [exception]
         pending = list(range(len(work)))[::-1]
         running: dict[int, float] = {}  # step -> when its thread started
@@ -205,8 +248,8 @@ class MultiTurnEngine:
         def run(index: int) -> None:
             env, text = work[index]
             try:
-                slots[index].append(env.step(text))
-            except BaseException as e:  # handed to the rollout's thread
+                slots[index].append(checked_step(env.step(text)))
+            except BaseException as e:  # noqa: BLE001 - handed to the rollout's thread
                 slots[index].append(e)
 
         while pending or running:
@@ -218,20 +261,23 @@ class MultiTurnEngine:
             for index, started in list(running.items()):
                 if slots[index]:
                     outcome = slots[index][0]
-                    if isinstance(outcome, UserError):
-                        raise outcome
-                    if isinstance(outcome, BaseException):  # a crashing environment ends its
-                        outcome = StepResult(done=True, tool_call=True, tool_error=True)  # row
-                    results[index] = outcome
+                    if isinstance(outcome, BaseException):
+                        if stops_the_run(outcome):
+                            raise outcome
+                        failed = StepResult(done=True, tool_call=True, tool_error=True)
+                        results[index] = (failed, failure_of(outcome, "environment"))
+                    else:
+                        results[index] = (outcome, None)
                     del running[index]
                 elif now - started > limit:
-                    results[index] = StepResult(
+                    timeout = StepResult(
                         done=True,
                         tool_call=True,
                         tool_error=True,
                         tool_timeout=True,
                         tool_seconds=now - started,
                     )
+                    results[index] = (timeout, None)
                     del running[index]
             if running:
                 time.sleep(_POLL_S)
@@ -246,6 +292,8 @@ class MultiTurnEngine:
     def _batch(self, rows: list[_Row], num_prompts: int, n: int) -> RolloutBatch:
         empty = torch.zeros(0, dtype=torch.long)
         completion_ids = [torch.cat(r.tokens) if r.tokens else empty for r in rows]
+        failures = iter(first_tracebacks(r.failure for r in rows if r.failure is not None))
+        failure = [next(failures) if r.failure is not None else None for r in rows]
         return RolloutBatch(
             prompt_ids=[torch.tensor(r.context[: r.prompt_len], dtype=torch.long) for r in rows],
             completion_ids=completion_ids,
@@ -258,11 +306,30 @@ class MultiTurnEngine:
             loss_masks=[torch.cat(r.masks) if r.masks else torch.zeros(0) for r in rows],
             tools=[
                 ToolRecord(
-                    r.calls, r.errors, r.timeouts, r.seconds, r.turns, r.reward, tuple(r.parts)
+                    r.calls,
+                    r.errors,
+                    r.timeouts,
+                    r.seconds,
+                    r.turns,
+                    r.reward if f is None else 0.0,  # a failed environment's row scores 0
+                    tuple(r.parts),
+                    f,
                 )
-                for r in rows
+                for r, f in zip(rows, failure)
             ],
         )
+
+
+def checked_step(result: Any) -> StepResult:
+    """`result` when it is a StepResult whose reward is None or a finite real number
+    (`checked_reward`); else TypeError or ValueError naming what the step returned."""
+    if not isinstance(result, StepResult):
+        raise return_error(result, "the environment's step", "a StepResult")
+    if result.reward is not None:
+        checked_reward(
+            result.reward, "the environment's step", field="a StepResult whose reward is"
+        )
+    return result
 
 
 def _turn_generator(

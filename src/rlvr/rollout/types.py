@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rlvr.rewards.base import Failure
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -91,6 +93,10 @@ class RolloutBatch:
             return rewards
         return [r if t.env_reward is None else t.env_reward for r, t in zip(rewards, self.tools)]
 
+    def environment_failures(self) -> list[Failure]:
+        """The records of the rows whose environment failed (multi-turn rows only), in order."""
+        return [t.failure for t in self.tools or () if t.failure is not None]
+
     def take(self, rows: list[int], prompt_index: list[int]) -> RolloutBatch:
         """The batch of `rows` (in that order), with the given prompt_index."""
         return take_rows([(self, r) for r in rows], prompt_index)
@@ -100,8 +106,10 @@ class RolloutBatch:
 class ToolRecord:
     """One multi-turn row: its environment's tool calls (errors and timeouts among them, and
     the seconds they took), the model turns it had, the reward the environment gave at the
-    end (None: the verifier scores the transcript), and the transcript as (who, text) parts,
-    who being "model" (sampled) or "env" (inserted), in order."""
+    end (None: the verifier scores the transcript), the transcript as (who, text) parts,
+    who being "model" (sampled) or "env" (inserted), in order, and `failure`: the record of
+    the environment failing the row (its reset or step raised, or a step returned something
+    wrong; the row ended and its env_reward is 0), else None."""
 
     calls: int = 0
     errors: int = 0
@@ -110,6 +118,7 @@ class ToolRecord:
     turns: int = 1
     env_reward: float | None = None
     transcript: tuple[tuple[str, str], ...] = ()
+    failure: Failure | None = None
 
 
 # Every per-row field of a RolloutBatch (prompt_index last: callers renumber it), then the
@@ -138,14 +147,16 @@ def take_rows(rows: list[tuple[RolloutBatch, int]], prompt_index: list[int]) -> 
 @dataclass
 class Round:
     """One round of a rollout source: g completions of each sample, generated and scored;
-    `rewards` row-aligned with `batch`."""
+    `rewards` row-aligned with `batch`; `errors`: the record of every completion of the round
+    whose verifier or environment failed (rows numbered as in `batch`)."""
 
     batch: RolloutBatch
     rewards: list[float]
-    failures: int  # verifier failures (raised, crashed, timed out, non-finite): reward 0
+    failures: int  # verifier failures (raised, crashed, timed out, not a finite number): reward 0
     time_generate_s: float
     time_score_s: float
     components: dict[str, list[float]] = field(default_factory=dict)  # composite verifier parts
+    errors: list[Failure] = field(default_factory=list)
 
 
 def concat_batches(parts: list[tuple[int, RolloutBatch]]) -> RolloutBatch:

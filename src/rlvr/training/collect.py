@@ -15,13 +15,14 @@ of every round (`task.observe`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from rlvr.algorithms import zero_variance_groups
 from rlvr.config import Config
+from rlvr.rewards.base import Failure
 from rlvr.rewards.length import overlong_penalties
 from rlvr.rollout import RolloutBatch, Round, take_rows
 from rlvr.training.rollouts import RolloutSource
@@ -42,6 +43,10 @@ class ScoredRollouts:
     staleness: int = 0  # optimizer steps between the sampler's weights and the learner's
     components: dict[str, list[float]] = field(default_factory=dict)  # composite verifier parts
     task_metrics: dict[str, float] = field(default_factory=dict)  # e.g. the curriculum level
+    # Every completion of the step's rounds whose verifier or environment failed (the rows of
+    # round r numbered after those of the rounds before it), and how many were scored in all.
+    errors: list[Failure] = field(default_factory=list)
+    completions: int = 0
 
 
 def informative_groups(rewards: list[float], g: int) -> list[int]:
@@ -94,6 +99,10 @@ def collect(
     if not kept:  # nothing informative in any round: train on the last round as it is
         kept = [(len(rounds) - 1, j) for j in range(want)]
     rows = [(r, j * g + k) for r, j in kept for k in range(g)]
+    errors, scored = [], 0
+    for result, _, _ in rounds:  # the rows of every round, numbered on
+        errors += [replace(f, row=scored + f.row) for f in result.errors]
+        scored += len(result.batch)
     batches = [result.batch for result, _, _ in rounds]
     merged = take_rows(
         [(batches[r], i) for r, i in rows], [gi for gi in range(len(kept)) for _ in range(g)]
@@ -109,4 +118,6 @@ def collect(
         time_score_s=sum(result.time_score_s for result, _, _ in rounds),
         components=components,
         task_metrics=task.metrics() if hasattr(task, "metrics") else {},
+        errors=errors,
+        completions=scored,
     )

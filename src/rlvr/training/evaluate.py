@@ -8,14 +8,16 @@ would before its first step (`rlvr eval --config`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from rlvr.data.registry import heldout_size
 from rlvr.observe.passk import maj_at_k, pass_at_k
+from rlvr.rewards.base import Failure
 from rlvr.rewards.exact import extract_final_answer, is_reasoning
+from rlvr.rewards.scoring import Scorer
 from rlvr.rollout.types import SamplingParams
 
 
@@ -33,6 +35,7 @@ def evaluate(
     extract: Callable[[str], Any] = extract_final_answer,
     readings: Mapping[str, Callable[[str, Mapping[str, Any]], float]] | None = None,
     stop: Sequence[str] = (),
+    failures: list[Failure] | None = None,
 ) -> dict[str, float]:
     """Score a model on held-out samples.
 
@@ -71,6 +74,15 @@ def evaluate(
     readings) and n are reported, and pass1_t1, reasoning_fraction, mean_length,
     truncated_fraction and tool_call_fraction are absent.
 
+    Failing user code is contained as in training (rlvr.rewards.scoring.Scorer, the multi-turn
+    engine): a completion whose verifier or environment fails scores 0. Then
+    verifier_failures   completions (greedy and temperature-1) whose verifier failed; only
+                        present when one did, so a run where nothing fails keeps its keys
+    environment_failures  multi-turn rollouts: completions whose environment failed (always
+                        present with the tool keys)
+    and each failure's record is appended to `failures` when given (rows: the greedy ones
+    0..n-1, then the temperature-1 ones from n; sample ids fall back on the held-out index).
+
     `stop`: strings that end a completion, applied by the engine exactly as in rollouts
     (`SamplingParams.stop`, the trainer passes `rollout.stop`), to both the greedy and the
     temperature-1 completions. The temperature-1 samples use a generator seeded with `seed`,
@@ -90,9 +102,8 @@ def evaluate(
         SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(stop)),
         samples=samples,
     )
-    greedy_rewards = greedy.rewards_with_env(
-        [verifier(t, samples[i]) for t, i in zip(greedy.completion_text, greedy.prompt_index)]
-    )
+    scorer = Scorer(verifier)
+    greedy_rewards, failed = _score(scorer, greedy, samples, 0)
     metrics: dict[str, float] = {"accuracy": sum(r >= 1.0 for r in greedy_rewards) / n}
     sampled, t1_rewards = None, []
     if num_t1 > 0:
@@ -105,9 +116,8 @@ def evaluate(
             generator=gen,
             samples=samples,
         )
-        t1_rewards = sampled.rewards_with_env(
-            [verifier(t, samples[i]) for t, i in zip(sampled.completion_text, sampled.prompt_index)]
-        )
+        t1_rewards, t1_failed = _score(scorer, sampled, samples, len(greedy))
+        failed += t1_failed
         metrics.update(
             {
                 "pass1_t1": sum(t1_rewards) / len(t1_rewards),
@@ -123,18 +133,38 @@ def evaluate(
     metrics["n"] = n
     if greedy.tools is not None:
         metrics.update({f"{k}_greedy": v for k, v in tool_use(greedy.tools).items()})
+    greedy_samples = [samples[i] for i in greedy.prompt_index]
     for name, reading in (readings or {}).items():
-        correct = [
-            reading(t, samples[i]) >= 1.0
-            for t, i in zip(greedy.completion_text, greedy.prompt_index)
-        ]
-        metrics[f"accuracy_{name}"] = sum(correct) / n
+        read, _ = Scorer(reading)(greedy.completion_text, greedy_samples)  # a failure reads 0
+        metrics[f"accuracy_{name}"] = sum(r >= 1.0 for r in read) / n
     if k > 0:
         metrics.update(
             _k_metrics(samples, greedy, greedy_rewards, sampled, t1_rewards, num_t1, k, extract)
         )
         metrics.update(_budget_metrics(greedy, greedy_rewards, budgets, n))
+    verifier_failed = sum(f.kind == "verifier" for f in failed)
+    if verifier_failed:
+        metrics["verifier_failures"] = verifier_failed
+    if greedy.tools is not None:
+        metrics["environment_failures"] = sum(f.kind == "environment" for f in failed)
+    if failures is not None:
+        failures.extend(failed)
     return metrics
+
+
+def _score(
+    scorer: Scorer, batch: Any, samples: Sequence[Mapping[str, Any]], first_row: int
+) -> tuple[list[float], list[Failure]]:
+    """The rewards of `batch` (an environment's first, a failed one's 0) and the failures of
+    its verifier and environment, rows numbered from `first_row`."""
+    rewards, _ = scorer(
+        batch.completion_text,
+        [samples[i] for i in batch.prompt_index],
+        first_row=first_row,
+        indices=batch.prompt_index,
+    )
+    moved = [replace(f, row=first_row + f.row) for f in batch.environment_failures()]
+    return batch.rewards_with_env(rewards), scorer.pop_failures() + moved
 
 
 def tool_use(records: Sequence[Any]) -> dict[str, float]:
@@ -255,7 +285,8 @@ def evaluate_model(
 class HeldoutEval:
     """A fixed held-out set and how it is decoded, evaluated again and again through a run
     (`evaluate` with the same seed each time, so two evaluations differ only by the weights).
-    `readings`: extra greedy accuracies (`evaluate`'s), none in training."""
+    `readings`: extra greedy accuracies (`evaluate`'s), none in training. Each call keeps its
+    failures' records and how many completions it scored, for `pop_failures`."""
 
     engine: Any
     samples: Sequence[Mapping[str, Any]]
@@ -268,11 +299,22 @@ class HeldoutEval:
     budgets: Sequence[int] = (128, 256, 512)
     stop: Sequence[str] = ()
     readings: Mapping[str, Callable[[str, Mapping[str, Any]], float]] | None = None
+    failures: list[Failure] = field(default_factory=list)
+    completions: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.samples)
 
+    def pop_failures(self) -> tuple[list[Failure], int]:
+        """(the failure records of the evaluations since the last call, the completions they
+        scored), and start afresh."""
+        out = (self.failures, self.completions)
+        self.failures, self.completions = [], 0
+        return out
+
     def __call__(self) -> dict[str, float]:
+        t1 = max(self.k, self.t1_samples) if self.k > 0 else self.t1_samples
+        self.completions += len(self.samples) * (1 + t1)
         return evaluate(
             self.engine,
             self.samples,
@@ -285,6 +327,7 @@ class HeldoutEval:
             budgets=tuple(self.budgets),
             stop=tuple(self.stop),
             readings=self.readings,
+            failures=self.failures,
         )
 
 

@@ -4,7 +4,7 @@ One step (`GRPOTrainer.train`):
   1. rollouts: draw prompts, sample G completions each, score them      (rollouts, collect)
   2. the update: old-policy and reference log-probs where needed, advantages within each group,
      mu passes over mini-batches of the clipped policy loss (+ KL, - entropy), AdamW  (update)
-  3. metrics, samples for audit, held-out evaluation on schedule                (step_metrics)
+  3. metrics, samples and failed completions for audit, held-out evaluation    (step_metrics)
   4. a checkpoint when due: every N steps, every M minutes, on SIGINT/SIGTERM       (run)
 
 Everything else is a component chosen by config: the rollout source (this process, or Ray
@@ -51,7 +51,7 @@ from rlvr.training.run import (
     eval_line,
     write_summary,
 )
-from rlvr.training.step_metrics import rollout_metrics, write_samples
+from rlvr.training.step_metrics import ErrorLog, rollout_metrics, write_samples
 from rlvr.training.update import update
 
 __all__ = ["GRPOTrainer", "ScoredRollouts", "TrainingAborted", "TrainingInterrupted"]
@@ -168,6 +168,9 @@ class GRPOTrainer:
             main=main,
             fresh=restored is None,  # --resume without a checkpoint starts over
         )
+        # errors.jsonl: the completions whose verifier or environment failed (a resumed run's
+        # file grows on); a warning when most of a step's did
+        errors = ErrorLog(self.run_dir, main=main, fresh=restored is None, warn=self.log)
         triggers = CheckpointTriggers(cfg.checkpoint, self.world)
         schedule = EvalSchedule.from_config(cfg.eval, cfg.training.steps, bool(self.evaluate))
         summary, history, first_step = self._start_summary(restored)
@@ -176,6 +179,7 @@ class GRPOTrainer:
             if schedule.before and restored is None and main:
                 summary["eval_before"] = self.evaluate()
                 out.write_eval_before(summary["eval_before"])  # metrics.jsonl's step-0 row
+                errors.write(0, "eval", *self.evaluate.pop_failures())
                 self.log(eval_line("before", summary["eval_before"]))
             progress = out.start_progress(cfg.training.steps - first_step + 1, self.show_progress)
             for self.step in range(first_step, cfg.training.steps + 1):
@@ -184,6 +188,8 @@ class GRPOTrainer:
                 scored = self.rollouts.next(self.step, cfg.training.steps)
                 metrics: dict[str, Any] = {"step": self.step}
                 metrics.update(self.rollout_metrics(scored))
+                # the failed completions' records, written before anything else can crash
+                errors.write(self.step, "train", scored.errors, scored.completions)
                 # 2. advantages and the policy update
                 stats, advantages = self.update(scored)
                 # The gradients are spent: free them now rather than at the next update's
@@ -204,6 +210,7 @@ class GRPOTrainer:
                     self.policy.gather_whole()  # FSDP: the evaluated replica is current
                     if main:
                         metrics.update({f"eval_{k}": v for k, v in self.evaluate().items()})
+                        errors.write(self.step, "eval", *self.evaluate.pop_failures())
                 metrics["step_time_s"] = time.perf_counter() - t_step
                 metrics.update(memory_metrics(self.device))
                 history.append(metrics)
@@ -237,6 +244,7 @@ class GRPOTrainer:
             if schedule.after and main:
                 summary["eval_after"] = self.evaluate()
                 out.write_eval(summary["eval_after"], cfg.training.steps)
+                errors.write(cfg.training.steps, "eval", *self.evaluate.pop_failures())
                 self.log(eval_line("after", summary["eval_after"]))
             if cfg.checkpoint.save_final and main:
                 save_model(self.policy.whole, self.tokenizer, self.run_dir / "final")
@@ -245,6 +253,7 @@ class GRPOTrainer:
             self.rollouts.close()
             triggers.close()
             out.close()
+            errors.close()
             self.source.close()
         summary["steps"] = cfg.training.steps
         summary["wall_seconds"] = time.perf_counter() - start

@@ -105,21 +105,27 @@ class LocalRollouts:
         t_generate = time.perf_counter() - t0
         t0 = time.perf_counter()
         rewards, failures = self.scorer(
-            batch.completion_text, [samples[lo + i] for i in batch.prompt_index]
+            batch.completion_text,
+            [samples[lo + i] for i in batch.prompt_index],
+            first_row=lo * g,  # failures are numbered by the round's rows and prompts
+            indices=[lo + i for i in batch.prompt_index],
         )
         rewards = batch.rewards_with_env(rewards)  # an environment's own reward comes first
         t_score = time.perf_counter() - t0
-        components = self.scorer.pop_components()
+        components, errors = self.scorer.pop_components(), self.scorer.pop_failures()
         if not self.world.distributed:
-            return Round(batch, rewards, failures, t_generate, t_score, components)
-        parts = self.world.all_gather_object((lo, batch, rewards, failures, components))
+            errors += batch.environment_failures()
+            return Round(batch, rewards, failures, t_generate, t_score, components, errors)
+        parts = self.world.all_gather_object((lo, batch, rewards, failures, components, errors))
         batch = concat_batches([(first, part) for first, part, *_ in parts])
         rewards = [r for part in parts for r in part[2]]
         merged: dict[str, list[float]] = {}
-        for *_, part_components in parts:
-            for name, values in part_components.items():
+        for part in parts:
+            for name, values in part[4].items():
                 merged.setdefault(name, []).extend(values)
-        return Round(batch, rewards, sum(p[3] for p in parts), t_generate, t_score, merged)
+        errors = [f for part in parts for f in part[5]] + batch.environment_failures()
+        failures = sum(p[3] for p in parts)
+        return Round(batch, rewards, failures, t_generate, t_score, merged, errors)
 
     def generate(
         self,

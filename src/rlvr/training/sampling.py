@@ -286,6 +286,7 @@ def sample_and_score(
         f"({s.split} split, T={s.temperature}, max {s.max_new_tokens} tokens)"
     )
     out = ScoredSamples(prompts=prompts, rows=[])
+    seen: set[str] = set()  # verifier errors already logged
     bar = Progress(total=len(calls), enabled=progress, desc="rlvr sample")
     try:
         for begin in calls:
@@ -295,8 +296,17 @@ def sample_and_score(
             out.time_generate_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             row_samples = [chunk[i] for i in batch.prompt_index]
-            rewards, failures = scorer(batch.completion_text, row_samples)
+            rewards, failures = scorer(
+                batch.completion_text,
+                row_samples,
+                first_row=len(out.rows),
+                indices=[begin + i for i in batch.prompt_index],
+            )
             scorer.pop_components()  # per-component rewards are a training metric
+            for failure in scorer.pop_failures():  # each distinct error said once
+                if failure.key not in seen:
+                    seen.add(failure.key)
+                    log(f"warning [verifier_failures]: sample {failure.sample_id}: {failure.error}")
             out.time_score_s += time.perf_counter() - t0
             out.verifier_failures += failures
             lengths = batch.completion_lengths

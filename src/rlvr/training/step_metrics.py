@@ -1,22 +1,32 @@
-"""What a step's rollouts say, as metrics, and the audit file of its completions.
+"""What a step's rollouts say, as metrics, and the audit files of its completions.
 
 `rollout_metrics` gives the per-step reward, length, truncation, reasoning and group statistics
 (docs/metrics.md); `write_samples` writes RUN_DIR/samples/step-N.jsonl, every completion of the
-step with its reward and advantage, highest reward first.
+step with its reward and advantage, highest reward first; `ErrorLog` appends to
+RUN_DIR/errors.jsonl the completions whose verifier or environment failed, in training and in
+held-out evaluation (`error_rows`), and warns when most of a step's completions failed.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from rlvr.algorithms import group_stats
-from rlvr.observe.metrics import percentile
+from rlvr.observe.diagnostics import failure_warning
+from rlvr.observe.metrics import JsonlWriter, percentile
+from rlvr.rewards.base import Failure, first_tracebacks
 from rlvr.rewards.exact import is_reasoning
 from rlvr.rollout import ToolRecord
 from rlvr.training.collect import ScoredRollouts
+
+ERRORS_PER_STEP = 32  # errors.jsonl lines per step, phase and kind; the counts stay exact
+FAILURE_KINDS = ("verifier", "environment")
 
 
 def rollout_metrics(scored: ScoredRollouts, dynamic_sampling_target: int = 0) -> dict[str, float]:
@@ -45,6 +55,8 @@ def rollout_metrics(scored: ScoredRollouts, dynamic_sampling_target: int = 0) ->
         m[f"reward/{name}_std"] = float(t.std(unbiased=False))
     if batch.tools is not None:
         m.update(tool_metrics(batch.tools))
+        # over every round of the step, as verifier_failures
+        m["environment_failures"] = sum(f.kind == "environment" for f in scored.errors)
     if dynamic_sampling_target:
         m["dynamic_sampling_fill_rate"] = scored.groups_kept / dynamic_sampling_target
         m["dynamic_sampling_rounds"] = scored.rounds
@@ -100,3 +112,102 @@ def write_samples(
     with (out / f"step-{step}.jsonl").open("w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
+
+
+def error_rows(
+    step: int,
+    phase: str,
+    failures: Sequence[Failure],
+    seen: set[str],
+    limit: int = ERRORS_PER_STEP,
+) -> list[dict[str, Any]]:
+    """errors.jsonl lines of one step's failures in one phase ("train", "eval"), in row order.
+
+    Per kind at most `limit` lines: first the first record of each error (`Failure.key`) that
+    is not in `seen`, then the others in row order. A line carries its traceback only when its
+    error was not in `seen`; `seen` gains the keys of the lines written (so each error's
+    traceback is written once per run)."""
+    rows = []
+    for kind in FAILURE_KINDS:
+        mine = sorted((f for f in failures if f.kind == kind), key=lambda f: f.row)
+        first, met = [], set(seen)
+        for i, f in enumerate(mine):
+            if f.key not in met:
+                met.add(f.key)
+                first.append(i)
+        taken = set(first)
+        order = first + [i for i in range(len(mine)) if i not in taken]
+        chosen = [mine[i] for i in sorted(order[:limit])]
+        for f in first_tracebacks(chosen, seen):
+            rows.append(
+                {
+                    "step": step,
+                    "phase": phase,
+                    "kind": f.kind,
+                    "sample_id": _plain_id(f.sample_id),
+                    "row": f.row,
+                    "component": f.component,
+                    "error": f.error,
+                    "traceback": f.traceback,
+                }
+            )
+    return sorted(rows, key=lambda r: (r["row"], r["kind"]))
+
+
+def _plain_id(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+class ErrorLog:
+    """RUN_DIR/errors.jsonl: one JSON object per failed completion (`error_rows`: capped per
+    step, each error's traceback once per run), appended and flushed line by line, so a crash
+    loses nothing written; the file is made at the first failure (a run where nothing fails
+    has none), kept by a resumed run and removed by a fresh one (`fresh`). When more than half
+    of a step's completions failed in the verifier or the environment, `warn` gets one
+    warning line per error and phase for the whole run (`failure_warning`). Only rank 0
+    (`main`) writes and warns."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        main: bool = True,
+        fresh: bool = False,
+        warn: Callable[[str], None] = print,
+        limit: int = ERRORS_PER_STEP,
+    ) -> None:
+        self.path, self.main, self.warn, self.limit = run_dir / "errors.jsonl", main, warn, limit
+        if main and fresh:
+            self.path.unlink(missing_ok=True)
+        self.writer: JsonlWriter | None = None
+        self.seen: set[str] = set()  # errors whose traceback has been written
+        self.warned: set[tuple[str, str]] = set()  # (phase, error) warned about
+
+    def write(self, step: int, phase: str, failures: Sequence[Failure], completions: int) -> None:
+        """The failures of `completions` completions scored at `step` in `phase`."""
+        if not self.main or not failures:
+            return
+        if self.writer is None:
+            self.writer = JsonlWriter(self.path)
+        for row in error_rows(step, phase, failures, self.seen, self.limit):
+            self.writer.write(row)
+        for kind in FAILURE_KINDS:
+            mine = [f for f in failures if f.kind == kind]
+            if not mine:
+                continue
+            key = Counter(f.key for f in mine).most_common(1)[0][0]
+            same = [f for f in mine if f.key == key]
+            traced = any(f.traceback is not None for f in same)
+            warning = failure_warning(
+                step, kind, len(mine), completions, same[0].error, phase=phase, traceback=traced
+            )
+            if warning is not None and (phase, key) not in self.warned:
+                self.warned.add((phase, key))
+                self.warn(warning.line())
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
