@@ -363,9 +363,9 @@ def test_the_network_is_unreachable(tool):
             (socket.SOCK_DGRAM, ("8.8.8.8", 53)),
             (socket.SOCK_STREAM, ("127.0.0.1", {port})),
         ]:
-            s = socket.socket(socket.AF_INET, kind)
-            s.settimeout(0.5)
             try:
+                s = socket.socket(socket.AF_INET, kind)
+                s.settimeout(0.5)
                 s.connect(address)
                 s.send(b"x")
                 print(address, "connected")
@@ -378,6 +378,16 @@ def test_the_network_is_unreachable(tool):
     said = shown(result)
     assert not result.tool_error and "connected" not in said, said
     assert said.count("Error") == 3, said
+
+
+def test_a_lone_surrogate_in_a_hermes_call_is_the_programs_error(new_tool):
+    # JSON's "\\ud800" decodes to a lone surrogate, which no UTF-8 file can hold
+    tool = environment_factory("python", format="hermes", timeout_s=TIMEOUT_S, memory_mb=256)()
+    tool.reset({"prompt": "2+2=", "answer": "4"})
+    turn = '<tool_call>{"name": "python", "arguments": {"code": "print(1)  # \\ud800"}}</tool_call>'
+    result = tool.step(turn)
+    assert result.tool_call and result.tool_error and not result.done  # failed, shown, goes on
+    assert "surrogates not allowed" in result.observation
 
 
 # --- output and memory -----------------------------------------------------------------------

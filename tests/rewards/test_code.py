@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -17,6 +18,7 @@ from rlvr.rewards.code import (
     PYTHON,
     CodeVerifier,
     Language,
+    _fence,
     code_reward,
     extract_code,
     json_equal,
@@ -74,6 +76,30 @@ def test_code_inside_the_think_block_is_not_the_answer():
 def test_a_longer_fence_can_contain_a_shorter_one():
     completion = '````python\ns = """\n```\n"""\nprint(s)\n````'
     assert extract_code(completion) == (PYTHON, 's = """\n```\n"""\nprint(s)\n')
+
+
+def test_a_long_line_of_backticks_and_letters_is_read_in_linear_time():
+    # a fence regex backtracks on it: 32k characters took 7.4 s, holding the GIL
+    line = "```" + "a" * 400_000 + "`"
+    started = time.monotonic()
+    assert extract_code(f"{line}\n{fenced('print(1)')}\n{line}") == (PYTHON, "print(1)\n")
+    assert time.monotonic() - started < 5.0  # quadratic: hours
+
+
+@pytest.mark.parametrize(
+    "line, fence",
+    [
+        ("```python", ("```", "python")),
+        ("   ````py extra words", ("````", "py")),
+        ("\t```", ("```", "")),
+        ("    ```python", None),  # four spaces: indented code, not a fence
+        ("``python", None),
+        ("```py`thon", None),  # a backtick in the info string
+        ("```  python\u00a0x", ("```", "python")),  # the tag ends at any whitespace
+    ],
+)
+def test_fence_lines(line, fence):
+    assert _fence(line) == fence
 
 
 def test_no_code_block_scores_zero_without_running_anything():

@@ -293,6 +293,25 @@ def test_replies_written_ahead_of_the_calls_are_only_claims(verifier):
     )
 
 
+def test_a_reply_that_cannot_be_decoded_is_the_programs_failure(verifier):
+    """A reply of a complex of a 400-digit int written ahead: float() of it overflows inside
+    the test's process, which must not reach the test as an ordinary exception (a test that
+    expects an exception could catch it)."""
+    code = """
+    import json, os, struct
+    payload = json.dumps([1, "ok", {"complex": [10**400, 0]}]).encode()
+    for fd in range(3, 64):
+        try:
+            os.write(fd, struct.pack(">I", len(payload)) + payload)
+        except OSError:
+            pass
+    def add(a, b):
+        return a + b
+    """
+    score = verifier.score("```python\n" + textwrap.dedent(code).strip() + "\n```", ADD)
+    assert score.reward == 0.0 and score.detail == "check failed: add returned no plain value"
+
+
 def test_reading_the_test_from_proc_or_disk_finds_nothing(verifier):
     attack(
         verifier,

@@ -89,9 +89,9 @@ def test_connecting_to_a_port_the_parent_listens_on_fails_and_reaches_nothing(ve
         port = listener.getsockname()[1]
         code = f"""
         import socket
-        s = socket.socket()
-        s.settimeout(0.5)
         try:
+            s = socket.socket()
+            s.settimeout(0.5)
             s.connect(("127.0.0.1", {port}))
             print("connected")
         except OSError as e:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from rlvr.rewards import sandbox as sandbox_module
 from rlvr.rewards.sandbox import Program, Sandbox, SandboxLimits, SandboxUnavailable
-from rlvr.rewards.sandbox_cgroup import PREFIX, cgroup_home
+from rlvr.rewards.sandbox_cgroup import PREFIX, cgroup_home, pool
 
 
 @pytest.fixture(scope="module")
@@ -272,15 +274,61 @@ print(sys_call({n["keyctl"]}, 1, 0)[1])  # KEYCTL_JOIN_SESSION_KEYRING
     assert {u for u in key_users() - before if u.isdigit() and int(u) >= 2**30} == set()
 
 
-def test_no_launch_cgroup_is_left_behind(sandbox):
+def _launch_cgroups(home) -> list[Path]:
+    mine = f"{PREFIX}{os.getpid()}-"
+    return [p for p in Path(home.path).iterdir() if p.name.startswith(mine)]
+
+
+def test_launch_cgroups_are_reused_emptied_and_removed_at_the_end(sandbox):
     home = cgroup_home()
     if home is None:
         pytest.skip("no memory cgroup for this process here")
-    run(sandbox, "import os\nfor _ in range(8):\n    os.fork() or os._exit(0)\n")
-    mine = [
-        p.name for p in Path(home.path).iterdir() if p.name.startswith(f"{PREFIX}{os.getpid()}-")
-    ]
-    assert mine == []
+    cgroups = pool(home)
+    for _ in range(4):
+        run(sandbox, "import os\nfor _ in range(8):\n    os.fork() or os._exit(0)\n")
+    deadline = time.monotonic() + 10
+    while cgroups.leased and time.monotonic() < deadline:  # given back by a reaping thread
+        time.sleep(0.01)
+    made = _launch_cgroups(home)
+    assert not cgroups.leased and 1 <= len(made) <= 2  # reused, not one per launch
+    for path in made:
+        assert (path / "cgroup.procs").read_text().split() == []  # nothing of a launch left
+    cgroups.close()  # what runs at exit
+    assert _launch_cgroups(home) == []
+    cgroups.closed = False  # the tests that follow lease from it again
+
+
+def test_a_reused_launch_cgroup_holds_nothing_of_the_launch_before():
+    if cgroup_home() is None:
+        pytest.skip("no memory cgroup for this process here")
+    # each launch fills both tmpfs (90 MB) under a 150 MB cap: a second launch's worth left
+    # charged to the cgroup would kill the next one
+    box = Sandbox(SandboxLimits(timeout_s=5.0, memory_mb=128, tmpfs_mb=48, total_memory_mb=150))
+    code = """
+    for d in ("/tmp", "/dev/shm"):
+        with open(d + "/big", "wb") as f:
+            f.write(b"x" * (45 << 20))
+    print("ok")
+    """
+    for _ in range(8):
+        assert output(box, code).strip() == "ok"
+
+
+def test_a_child_process_leaves_no_launch_cgroup_behind(tmp_path):
+    if cgroup_home() is None:
+        pytest.skip("no memory cgroup for this process here")
+    script = """
+    import os, sys
+    from rlvr.rewards.sandbox import Program, Sandbox
+    from rlvr.rewards.sandbox_cgroup import PREFIX, cgroup_home, pool
+    Sandbox().run(Program("print(1)"), [""])
+    print(cgroup_home().path, f"{PREFIX}{os.getpid()}-")
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, check=True
+    )
+    home, prefix = out.stdout.split()
+    assert [p for p in os.listdir(home) if p.startswith(prefix)] == []
 
 
 # --- kernel interfaces ---------------------------------------------------------------------------
@@ -308,11 +356,47 @@ def test_no_launch_cgroup_is_left_behind(sandbox):
         ("open_by_handle_at", (0, 0, 0)),
         ("fanotify_init", (0, 0)),
         ("vhangup", ()),
+        ("io_setup", (32768, 0)),  # the host-wide AIO table (fs.aio-max-nr)
+        ("flock", (0, 2)),  # LOCK_EX: would block the host's flock of a shared file
+        ("sync", ()),
+        ("syncfs", (0,)),
+        ("prlimit64", (1, 7, 0, 0)),  # the runner's RLIMIT_NOFILE
+        ("setpriority", (0, 1, 19)),  # the runner niced to 19
+        ("setpriority", (2, 0, 19)),  # PRIO_USER: every process of the uid
+        ("sched_setscheduler", (1, 5, 0)),  # the runner to SCHED_IDLE
+        ("modify_ldt", (0, 0, 0)),
     ],
 )
 def test_kernel_interfaces_no_program_needs_are_refused(sandbox, call, args):
     code = SYSCALL + f"print(sys_call({numbers()[call]}, {', '.join(map(str, args))})[1])\n"
     assert output(sandbox, code).strip() == "EPERM"
+
+
+def test_a_program_still_sets_its_own_limits_and_priority(sandbox):
+    code = """
+    import os, resource
+    resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32))
+    os.setpriority(os.PRIO_PROCESS, 0, 5)
+    os.sched_setaffinity(0, os.sched_getaffinity(0))
+    print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.getpriority(os.PRIO_PROCESS, 0))
+    """
+    assert output(sandbox, code).split() == ["32", "5"]
+
+
+def test_a_lone_surrogate_in_the_source_is_the_programs_error_not_the_sandboxs(sandbox):
+    # JSON's "\\ud800" decodes to one; Python cannot compile it (no UTF-8 for it)
+    result = run(sandbox, "print(1)  # \ud800")
+    assert result.status == "exited" and result.exit_code == 1, result
+    assert "surrogates not allowed" in result.stderr
+
+
+def test_a_4_mb_source_runs(sandbox):
+    assert output(sandbox, "x = '" + "a" * (4 << 20) + "'\nprint(len(x))").strip() == str(4 << 20)
+
+
+def test_a_source_larger_than_the_tmpfs_is_a_failed_case_not_an_unavailable_sandbox(sandbox):
+    result = run(sandbox, "# " + "a" * (32 << 20))  # the fixture's tmpfs is 16 MB
+    assert result.status == "crashed", result
 
 
 def test_a_32_bit_system_call_kills_the_process(sandbox):
@@ -355,12 +439,31 @@ def test_ordinary_sockets_still_work(sandbox):
     import socket
     a, b = socket.socketpair()
     a.sendall(b"ping")
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
+    server = socket.socket(socket.AF_UNIX)
+    server.bind("server.sock")
     server.listen()
-    print(b.recv(4).decode(), sorted(n for _, n in socket.if_nameindex()))
+    client = socket.socket(socket.AF_UNIX)
+    client.connect("server.sock")
+    client.sendall(b"pong")
+    print(b.recv(4).decode(), server.accept()[0].recv(4).decode())
+    print(sorted(n for _, n in socket.if_nameindex()))
     """
-    assert output(sandbox, code).split() == ["ping", "['lo']"]
+    assert output(sandbox, code).split() == ["ping", "pong", "['lo']"]
+
+
+@pytest.mark.parametrize("family", ["AF_INET", "AF_INET6"])
+@pytest.mark.parametrize("kind", ["SOCK_STREAM", "SOCK_DGRAM"])
+def test_tcp_and_udp_sockets_are_refused(sandbox, family, kind):
+    # their buffers are kernel memory a cgroup v1 limit does not count (1.4 GB of TCP measured)
+    code = f"""
+    import socket
+    try:
+        socket.socket(socket.{family}, socket.{kind})
+        print("ESCAPED")
+    except OSError as e:
+        print(e.errno)
+    """
+    assert output(sandbox, code).strip() == "97"  # EAFNOSUPPORT
 
 
 def test_typing_into_a_terminal_is_refused(sandbox):

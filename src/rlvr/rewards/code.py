@@ -61,7 +61,20 @@ class Language:
 PYTHON = Language("python", ("python", "py", "python3", ""), "solution.py")
 LANGUAGES: Mapping[str, Language] = MappingProxyType({"python": PYTHON})
 
-_FENCE = re.compile(r"^[ \t]{0,3}(`{3,})[ \t]*([^`\s]*)[^`\n]*$")
+_TAG = re.compile(r"[^\s]*")
+
+
+def _fence(line: str) -> tuple[str, str] | None:
+    """(backticks, info tag) when `line` is a fence line: at most 3 spaces or tabs, 3 or more
+    backticks, then an info string without backticks whose first word is the tag. A string
+    scan, linear in the line (a regex for it backtracks quadratically on a long last word)."""
+    rest = line.lstrip(" \t")
+    if len(line) - len(rest) > 3:
+        return None
+    info = rest.lstrip("`")
+    if len(rest) - len(info) < 3 or "`" in info:
+        return None
+    return rest[: len(rest) - len(info)], _TAG.match(info.lstrip(" \t")).group()
 
 
 def extract_code(
@@ -76,11 +89,11 @@ def extract_code(
     text = completion.rsplit("</think>", 1)[-1]
     found, fence, tag, lines = None, "", "", []
     for line in text.split("\n"):
-        match = _FENCE.match(line)
+        match = _fence(line)
         if not fence:
             if match:
-                fence, tag, lines = match.group(1), match.group(2).lower(), []
-        elif match and match.group(1).startswith(fence) and not match.group(2):
+                fence, tag, lines = match[0], match[1].lower(), []
+        elif match and match[0].startswith(fence) and not match[1]:
             if tag in by_tag:
                 found = (by_tag[tag], "\n".join(lines) + "\n")
             fence = ""

@@ -66,7 +66,7 @@ from typing import Any
 from rlvr.errors import ConfigError
 from rlvr.rewards import sandbox_runner
 from rlvr.rewards.sandbox_bwrap import bwrap_argv, find_bwrap, is_initial_root, python_layout
-from rlvr.rewards.sandbox_cgroup import LaunchCgroup, cgroup_home
+from rlvr.rewards.sandbox_cgroup import CgroupPool, LaunchCgroup, cgroup_home, pool
 from rlvr.rewards.sandbox_runner import FRAME as _FRAME
 from rlvr.rewards.sandbox_runner import RESULT as _RESULT
 from rlvr.rewards.sandbox_runner import write_all as _write_all
@@ -81,6 +81,7 @@ CHECKER_FILE = os.path.join(os.path.dirname(RUNNER_FILE), "sandbox_checker.py")
 CHECKER_PATH = os.path.join(os.path.dirname(RUNNER_PATH), "sandbox_checker.py")
 _SANDBOX_UID_BASE = 2**30  # root mode drops to a random uid in [2**30, 2**31)
 _HARNESS_GRACE_S = 0.5  # runner bookkeeping per case on top of the program's own time limit
+_REAP_WAIT_S = 60.0  # for bwrap to exit once its runner is killed (the kernel frees the rest)
 
 
 class SandboxUnavailable(ConfigError):
@@ -175,37 +176,38 @@ class Sandbox:
         """
         results: list[CaseResult] = []
         while len(results) < len(cases):
-            first = len(results)
-            cgroup = self._cgroup()
-            try:
-                again = self._run_launch(program, cases, results, keep_going, cgroup)
-            finally:
-                if cgroup is not None:
-                    peak = cgroup.peak_bytes()
-                    cgroup.close()
-                    for i in range(first, len(results)):
-                        results[i] = replace(results[i], peak_memory_bytes=peak)
-            if not again:
+            if not self._run_launch(program, cases, results, keep_going):
                 break
         return results
 
-    def _cgroup(self) -> LaunchCgroup | None:
-        """A memory cgroup for the next launch, or None where this machine gives none."""
+    def _cgroup(self) -> tuple[LaunchCgroup, CgroupPool] | None:
+        """A memory cgroup for the next launch, and the pool it goes back to, or None where this
+        machine gives none."""
         home = cgroup_home() if self.use_cgroup else None
         if home is None:
             return None
+        cgroups = pool(home)
         try:
-            return LaunchCgroup(home, self.limits.memory_cap_mb << 20, self.limits.processes)
+            return cgroups.lease(self.limits.memory_cap_mb << 20, self.limits.processes), cgroups
         except OSError as e:
             message = f"code sandbox: cannot make a cgroup in {home.path}: {e}"
             raise SandboxUnavailable(message) from None
 
-    def _run_launch(self, program, cases, results, keep_going, cgroup) -> bool:
-        """One sandbox launch for cases[len(results):]; True if a relaunch should follow."""
+    def _run_launch(self, program, cases, results, keep_going) -> bool:
+        """One sandbox launch for cases[len(results):]; True if a relaunch should follow. Its
+        results carry the launch's peak memory; its end (a dying namespace, a tmpfs of many
+        files to free) is waited for in a thread, not here."""
         first = len(results)
         todo = list(cases[first:])
         nonces = [secrets.token_bytes(16) for _ in range(len(todo) + 1)]
-        proc, result_fd, info_fd, go_fd = self._launch(program, todo, nonces)
+        leased = self._cgroup()
+        cgroup = leased[0] if leased is not None else None
+        try:
+            proc, result_fd, info_fd, go_fd = self._launch(program, todo, nonces)
+        except BaseException:
+            if leased is not None:
+                leased[1].give_back(cgroup)  # nothing ran in it
+            raise
         # Meanwhile bwrap sets up and the runner starts: find the runner, move it into the cgroup.
         joining = _RunnerJoin(info_fd, proc.pid, cgroup, self.startup_timeout_s)
         reader = _FrameReader(result_fd, proc, self.limits.output_bytes)
@@ -244,13 +246,18 @@ class Sandbox:
             reader.close()
             if runner is None and not joining.thread.is_alive():
                 runner = joining.wait(raising=False)
-            _kill_tree(proc, case_pgid, runner)
-            stray = joining.wait(raising=False)  # bwrap is gone, so the thread has ended
-            if stray is not None:
-                os.close(stray)
+            ended = _end_launch(proc, case_pgid, runner, leased)
+            if not ended:  # the runner was never known: bwrap was killed, the thread ends
+                stray = joining.wait(raising=False)
+                if stray is not None:
+                    os.close(stray)
             for fd in (info_fd, go_fd):
                 if fd is not None:
                     os.close(fd)
+            if cgroup is not None:
+                peak = cgroup.peak_bytes()  # the maximum so far: the launch's, once killed
+                for i in range(first, len(results)):
+                    results[i] = replace(results[i], peak_memory_bytes=peak)
 
     def _launch(self, program: Program, cases: list, nonces: list[bytes]):
         limits = self.limits
@@ -502,31 +509,51 @@ class _RunnerJoin:
         return pidfd
 
 
-def _kill_tree(proc: subprocess.Popen, case_pgid: int | None, runner: int | None) -> None:
-    """End the launch and reap bwrap (an unreaped pid cannot be reused by another process).
+def _end_launch(
+    proc: subprocess.Popen,
+    case_pgid: int | None,
+    runner: int | None,
+    leased: tuple[LaunchCgroup, CgroupPool] | None,
+) -> bool:
+    """End the launch. Sandboxed, with the runner's pidfd: SIGKILL the runner, the namespace's
+    pid 1; the kernel kills the whole pid namespace and bwrap, its parent, reaps it and exits.
+    (Killing bwrap first would leave the runner to the host's init to reap.) Waiting for that,
+    reaping bwrap and returning the cgroup to its pool happen in a thread: the kernel can take
+    seconds to free what a program left (a tmpfs of a million files), and the caller's time
+    limit is not to wait for it. Otherwise (unsandboxed, or the runner never reported): SIGKILL
+    the launch's process group and the running case's here. True when the runner was killed."""
+    if runner is None:
+        for pgid in (proc.pid, case_pgid):  # bwrap (or the runner) is unreaped: still its pid
+            if pgid is not None:
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        proc.wait()
+        proc.stderr.close()
+        if leased is not None:
+            threading.Thread(target=leased[1].give_back, args=(leased[0],), daemon=True).start()
+        return False
+    try:
+        signal.pidfd_send_signal(runner, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    finally:
+        os.close(runner)
+    threading.Thread(target=_reap, args=(proc, leased), daemon=True).start()
+    return True
 
-    Sandboxed, SIGKILL the runner, the namespace's pid 1, through its pidfd: the kernel kills
-    the whole pid namespace, and bwrap, its parent, reaps it and exits. (Killing bwrap first
-    would leave the runner to the host's init to reap.) Then, and unsandboxed, SIGKILL the
-    launch's process group (and the running case's)."""
-    if runner is not None:
+
+def _reap(proc: subprocess.Popen, leased: tuple[LaunchCgroup, CgroupPool] | None) -> None:
+    """Wait for bwrap to reap the killed runner and exit, then return the emptied cgroup."""
+    try:
+        proc.wait(timeout=_REAP_WAIT_S)
+    except subprocess.TimeoutExpired:  # a bwrap that does not exit: its group, as a last resort
         try:
-            signal.pidfd_send_signal(runner, signal.SIGKILL)
-        except ProcessLookupError:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
-        finally:
-            os.close(runner)
-        try:
-            proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            pass
-    # bwrap's group only while bwrap is unreaped: after that its pid may be another's
-    groups = ([proc.pid] if proc.returncode is None else []) + [case_pgid]
-    for pgid in groups:
-        if pgid is not None:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    proc.wait()
+        proc.wait()
     proc.stderr.close()
+    if leased is not None:
+        leased[1].give_back(leased[0])

@@ -17,26 +17,30 @@ Where the cgroup is made (`cgroup_home`, probed once per process, used by every 
     when swap is accounted.
 Elsewhere there is none and the sandbox runs without it (docs/verifiers-code.md says which
 resources are then bounded by what). Nothing of this process moves: only the sandbox's runner
-enters the new cgroup, and the cgroup is removed when the launch ends. The runner is moved while
-it starts (a thread of rewards/sandbox.py, as soon as bwrap reports its pid), and it forks
-nothing of the program before the parent's go, sent once the move is done: the program's
-processes are born in the cgroup. A move waits for an RCU grace period (about 11 ms per launch
-here); overlapped with the runner's start it adds nothing to a launch.
+enters a launch cgroup. Launch cgroups are reused (`CgroupPool`: a removed cgroup that still
+has page cache charged to it lingers in the kernel as a dying cgroup, and one per launch piles
+up), given back once the launch's last process is gone, and removed when this process exits.
+The runner is moved while it starts (a thread of rewards/sandbox.py, as soon as bwrap
+reports its pid), and it forks nothing of the program before the parent's go, sent once the
+move is done: the program's processes are born in the cgroup. A move waits for an RCU grace
+period (about 11 ms per launch here); overlapped with the runner's start it adds nothing.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 PREFIX = "rlvr-sandbox-"
-_REMOVE_WAIT_S = 2.0  # after the launch is killed, for the kernel to finish its processes
+_EMPTY_WAIT_S = 60.0  # after a launch is killed, for the kernel to finish its processes
 
 
 @dataclass(frozen=True)
@@ -50,31 +54,51 @@ class CgroupHome:
 
 
 class LaunchCgroup:
-    """A cgroup of its own for one sandbox launch, with its limits written; `add(pid)` moves a
-    process in (its later children are born there); `close` kills what is left and removes
-    it."""
+    """A cgroup for sandbox launches, one launch at a time: `configure` writes a launch's
+    limits, `add(pid)` moves a process in (its later children are born there), `empty` tells
+    whether the last launch's processes are all gone, `close` kills what is left and removes
+    it. `CgroupPool` reuses them: a cgroup removed while pages are still charged to it (the
+    page cache a launch read) lingers in the kernel as a dying cgroup, and one per launch would
+    pile up over a long run."""
 
-    def __init__(self, home: CgroupHome, memory_bytes: int, processes: int | None) -> None:
+    def __init__(self, home: CgroupHome) -> None:
         self.home = home
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         self.path = Path(home.path, name)
         self.path.mkdir(mode=0o755)
+        self.procs = str(self.path / "cgroup.procs")
+        self._limits: tuple[int, int | None] | None = None
         try:
             if home.version == 2:
-                _write(self.path / "memory.max", memory_bytes)
                 _write(self.path / "memory.swap.max", 0, optional=True)
                 _write(self.path / "memory.oom.group", 1, optional=True)
-                if home.pids and processes is not None:
-                    # the runner and the checker of assert-style tests come on top
-                    _write(self.path / "pids.max", processes + 2)
             else:
-                _write(self.path / "memory.limit_in_bytes", memory_bytes)
-                _write(self.path / "memory.memsw.limit_in_bytes", memory_bytes, optional=True)
                 _write(self.path / "memory.swappiness", 0, optional=True)
         except OSError:
             self.close()
             raise
-        self.procs = str(self.path / "cgroup.procs")
+
+    def configure(self, memory_bytes: int, processes: int | None) -> None:
+        """The next launch's limits (written only when they change), and its peak reset."""
+        if self._limits != (memory_bytes, processes):
+            if self.home.version == 2:
+                _write(self.path / "memory.max", memory_bytes)
+                if self.home.pids and processes is not None:
+                    # the runner and the checker of assert-style tests come on top
+                    _write(self.path / "pids.max", processes + 2)
+            else:
+                # v1 keeps memory+swap >= memory at every moment: order the two writes so
+                previous = self._limits[0] if self._limits else 1 << 62
+                names = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+                for name in names if memory_bytes < previous else names[::-1]:
+                    _write(self.path / name, memory_bytes, optional=name != names[0])
+            self._limits = (memory_bytes, processes)
+        # the peak since now: v1 takes any write; v2 (Linux 6.12+) resets memory.peak likewise
+        name = "memory.peak" if self.home.version == 2 else "memory.max_usage_in_bytes"
+        try:
+            (self.path / name).write_text("0\n")
+        except OSError:
+            pass
 
     def add(self, pid: int) -> None:
         """Move process `pid` (all its threads) into the cgroup; OSError if the kernel refuses."""
@@ -83,30 +107,103 @@ class LaunchCgroup:
 
     def peak_bytes(self) -> int | None:
         """The most memory the launch's processes held at once, kernel memory included (None
-        where the kernel does not record it)."""
+        where the kernel does not record it; since the cgroup was made where it cannot be
+        reset)."""
         name = "memory.peak" if self.home.version == 2 else "memory.max_usage_in_bytes"
         try:
             return int((self.path / name).read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
 
-    def close(self) -> None:
-        """SIGKILL every process still in the cgroup, then remove it (retrying while the kernel
-        finishes them); a cgroup that stays busy is left for `sweep` to remove later."""
-        give_up = time.monotonic() + _REMOVE_WAIT_S
+    def empty(self, wait_s: float = _EMPTY_WAIT_S) -> bool:
+        """True once no process is left in the cgroup, SIGKILLing stragglers, within `wait_s`
+        (tearing down a tmpfs of a million files takes the kernel seconds)."""
+        give_up = time.monotonic() + wait_s
         delay = 0.0005
         while True:
             try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
+                if not Path(self.procs).read_text().split():
+                    return True
             except OSError:
-                if time.monotonic() > give_up:
-                    return
+                return False
+            if time.monotonic() > give_up:
+                return False
             _kill_members(self.path)
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+    def close(self) -> None:
+        """Kill what is left, then remove the cgroup; one that stays busy is left for `sweep`."""
+        self.empty()
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
+
+class CgroupPool:
+    """This process's launch cgroups: `lease` takes a free one (or makes one) for a launch,
+    `give_back` returns it once the launch's processes are gone; at exit (`close`) every one,
+    free or still leased, is emptied and removed. One pool per process: a forked child starts
+    its own (`pool`)."""
+
+    def __init__(self, home: CgroupHome) -> None:
+        self.home = home
+        self.free: list[LaunchCgroup] = []
+        self.leased: set[LaunchCgroup] = set()
+        self.closed = False
+        self.owner = os.getpid()
+        self.lock = threading.Lock()
+        atexit.register(self.close)
+
+    def lease(self, memory_bytes: int, processes: int | None) -> LaunchCgroup:
+        with self.lock:
+            cgroup = self.free.pop() if self.free else None
+        if cgroup is None:
+            cgroup = LaunchCgroup(self.home)
+        try:
+            cgroup.configure(memory_bytes, processes)
+        except OSError:
+            cgroup.close()
+            raise
+        with self.lock:
+            self.leased.add(cgroup)
+        return cgroup
+
+    def give_back(self, cgroup: LaunchCgroup) -> None:
+        """Back to the free list once empty (waits; call it off the launch's own path)."""
+        empty = cgroup.empty()
+        with self.lock:
+            self.leased.discard(cgroup)
+            keep = empty and not self.closed
+            if keep:
+                self.free.append(cgroup)
+        if not keep:
+            cgroup.close()
+
+    def close(self) -> None:
+        if os.getpid() != self.owner:  # a forked child that exits normally: not its cgroups
+            return
+        with self.lock:
+            self.closed = True
+            cgroups, self.free = [*self.free, *self.leased], []
+            self.leased = set()
+        for cgroup in cgroups:
+            cgroup.close()
+
+
+_POOLS: dict[tuple[int, str], CgroupPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def pool(home: CgroupHome) -> CgroupPool:
+    """This process's pool of launch cgroups under `home` (a forked child gets a new one: the
+    parent's free cgroups are the parent's)."""
+    key = (os.getpid(), home.path)
+    with _POOLS_LOCK:
+        if key not in _POOLS:
+            _POOLS[key] = CgroupPool(home)
+        return _POOLS[key]
 
 
 def _write(path: Path, value: int, optional: bool = False) -> None:
@@ -200,10 +297,11 @@ def _candidates() -> list[CgroupHome]:
 def _works(home: CgroupHome) -> bool:
     """Make a cgroup there, limit it, move a child process into it: the launch path, once."""
     try:
-        cgroup = LaunchCgroup(home, 64 << 20, 4)
+        cgroup = LaunchCgroup(home)
     except OSError:
         return False
     try:
+        cgroup.configure(64 << 20, 4)
         child = subprocess.Popen(["/bin/cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     except OSError:
         cgroup.close()

@@ -90,18 +90,6 @@ def main() -> None:
     if libc.prctl(4, 0, 0, 0, 0) != 0 or libc.prctl(38, 1, 0, 0, 0) != 0:
         raise SystemExit("runner: prctl failed")
     spec["confine"] = confiner(libc, spec["seccomp"])
-    workdir = spec["workdir"]
-    if workdir is None:  # unsandboxed: a private directory instead of the sandbox's tmpfs
-        import tempfile
-
-        workdir = tempfile.mkdtemp(prefix="rlvr-run-")
-    os.chdir(workdir)
-    path = os.path.join(workdir, spec["file_name"])
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(spec["source"])
-    if spec["fn_name"] is not None or spec["checked"]:
-        import json  # noqa: F401  (imported once here, before the forks, not once per case)
-
     # Kill everything else visible after each case, but only inside our own pid namespace.
     kill_all = spec["pid_namespace"] and os.getpid() == 1
     send_frame(result_fd, read_exact(control_fd, 16), b"H", 0)
@@ -110,7 +98,22 @@ def main() -> None:
     if not os.read(go_fd, 1):
         raise SystemExit("runner: the parent closed the launch before the go")
     os.close(go_fd)
+    # From here on what happens depends on the program (its size, its text): a failure is this
+    # launch's crash, which the parent scores as a failed case, never a sandbox that cannot
+    # start (which would stop a run).
+    workdir = spec["workdir"]
+    if workdir is None:  # unsandboxed: a private directory instead of the sandbox's tmpfs
+        import tempfile
+
+        workdir = tempfile.mkdtemp(prefix="rlvr-run-")
     try:
+        os.chdir(workdir)
+        path = os.path.join(workdir, spec["file_name"])
+        # surrogatepass: a lone surrogate (JSON's "\ud800") is written, as compile() takes it
+        with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+            f.write(spec["source"])
+        if spec["fn_name"] is not None or spec["checked"]:
+            import json  # noqa: F401  (imported once here, before the forks, not once per case)
         if spec["checked"]:  # one case: the program's process and the test's process
             load_checker().run_checked_case(spec, path, control_fd, result_fd, kill_all)
         for index, case in enumerate(spec["cases"] if not spec["checked"] else ()):

@@ -15,9 +15,13 @@ module loading, mounts, clocks):
     clone with a CLONE_NEW* flag (and unshare, setns: DENIED)  -> EPERM
     clone3: its flags lie behind a pointer the filter cannot   -> ENOSYS (the C library then
             read                                                  falls back to clone)
-    socket, socketpair: a family other than unix, inet, inet6  -> EAFNOSUPPORT (vsock would
-            and netlink's routing protocol (which the C           reach the hypervisor past
-            library asks for the interfaces)                      the network namespace)
+    socket, socketpair: a family other than unix and netlink's -> EAFNOSUPPORT (no inet:
+            routing protocol (which the C library asks for the    nothing to reach, and its
+            interfaces)                                            buffers escape a cgroup v1
+                                                                   limit; vsock would reach
+                                                                   the hypervisor)
+    prlimit64, setpriority, sched_set*: another process        -> EPERM (the runner, the
+                                                                   checker)
     ioctl TIOCSTI, TIOCLINUX (typing into a terminal)          -> EPERM
     anything else                                              -> allowed
 
@@ -60,6 +64,15 @@ DENIED_GROUPS: dict[str, tuple[str, ...]] = {
         "mq_getsetattr",
         "userfaultfd",
     ),
+    # the host's AIO context table (fs.aio-max-nr) is shared: two io_setup(32768) fill it
+    "host-wide tables": (
+        "io_setup",
+        "io_destroy",
+        "io_submit",
+        "io_cancel",
+        "io_getevents",
+        "io_pgetevents",
+    ),
     "kernel state that outlives the sandbox": ("add_key", "request_key", "keyctl"),
     "new namespaces and mounts": (
         "unshare",
@@ -77,6 +90,9 @@ DENIED_GROUPS: dict[str, tuple[str, ...]] = {
         "fspick",
     ),
     "other processes": ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp"),
+    # flock on a file of the shared read-only trees blocks the host's flock of it; sync
+    # writes back the host's dirty pages
+    "the host's files": ("flock", "sync", "syncfs"),
     "kernel attack surface": (
         "io_uring_setup",
         "io_uring_enter",
@@ -90,6 +106,7 @@ DENIED_GROUPS: dict[str, tuple[str, ...]] = {
         "vhangup",
         "iopl",
         "ioperm",
+        "modify_ldt",
         "uselib",
     ),
     "the machine itself": (
@@ -115,8 +132,20 @@ DENIED_GROUPS: dict[str, tuple[str, ...]] = {
 }
 DENIED: tuple[str, ...] = tuple(name for names in DENIED_GROUPS.values() for name in names)
 
+# Calls allowed on the calling process only: the arguments named must be 0 (the caller; for
+# setpriority, PRIO_PROCESS and the caller). Else a program could lower the runner's or the
+# checker's limits, or starve them (SCHED_IDLE, nice 19 for the whole uid).
+SELF_ONLY: dict[str, tuple[int, ...]] = {
+    "prlimit64": (0,),
+    "setpriority": (0, 1),
+    "sched_setparam": (0,),
+    "sched_setscheduler": (0,),
+    "sched_setaffinity": (0,),
+    "sched_setattr": (0,),
+}
+
 # The calls the filter looks into (their arguments) besides the denied ones.
-INSPECTED = ("clone", "clone3", "socket", "socketpair", "ioctl")
+INSPECTED = ("clone", "clone3", "socket", "socketpair", "ioctl", *SELF_ONLY)
 
 # System-call numbers: x86-64 from asm/unistd_64.h, AArch64 from asm-generic/unistd.h (the
 # table every new architecture uses). Calls an architecture lacks (iopl on AArch64) are absent.
@@ -139,6 +168,22 @@ _COMMON_NEW = {  # numbered alike on every architecture since Linux 5.1
 SYSCALLS: dict[str, dict[str, int]] = {
     "x86_64": {
         **_COMMON_NEW,
+        "flock": 73,
+        "setpriority": 141,
+        "sched_setparam": 142,
+        "sched_setscheduler": 144,
+        "modify_ldt": 154,
+        "sync": 162,
+        "sched_setaffinity": 203,
+        "io_setup": 206,
+        "io_destroy": 207,
+        "io_getevents": 208,
+        "io_submit": 209,
+        "io_cancel": 210,
+        "prlimit64": 302,
+        "syncfs": 306,
+        "sched_setattr": 314,
+        "io_pgetevents": 333,
         "ioctl": 16,
         "shmget": 29,
         "shmat": 30,
@@ -206,6 +251,21 @@ SYSCALLS: dict[str, dict[str, int]] = {
     },
     "aarch64": {
         **_COMMON_NEW,
+        "io_setup": 0,
+        "io_destroy": 1,
+        "io_submit": 2,
+        "io_cancel": 3,
+        "io_getevents": 4,
+        "flock": 32,
+        "sync": 81,
+        "sched_setparam": 118,
+        "sched_setscheduler": 119,
+        "sched_setaffinity": 122,
+        "setpriority": 140,
+        "prlimit64": 261,
+        "syncfs": 267,
+        "sched_setattr": 274,
+        "io_pgetevents": 292,
         "lookup_dcookie": 18,
         "ioctl": 29,
         "umount2": 39,
@@ -275,7 +335,9 @@ _X32_BIT = 0x40000000
 # Every CLONE_NEW* flag: NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET.
 CLONE_NEW_FLAGS = 0x80 | 0x20000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
 CLONE_NEW_FLAGS |= 0x20000000 | 0x40000000
-ALLOWED_SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
+# AF_UNIX only of the address families: no inet (a private loopback has nothing to reach, and
+# TCP/UDP buffers escape a cgroup v1 memory limit: measured, 1.4 GB of TCP under a 544 MB cap)
+ALLOWED_SOCKET_FAMILIES = (1,)
 AF_NETLINK, NETLINK_ROUTE = 16, 0  # allowed with this protocol only
 TERMINAL_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 
@@ -330,6 +392,14 @@ def _program(arch: str) -> list[tuple[int, int, int, int]]:
     insns.append(_Insn(_LD_ABS, _ARG0))
     test(_JSET, CLONE_NEW_FLAGS, true="eperm", false="allow")
     insns.append("not_clone")
+    for call, zero_args in SELF_ONLY.items():
+        label = f"not_{call}"
+        test(_JEQ, numbers[call], false=label)
+        for arg in zero_args:
+            insns.append(_Insn(_LD_ABS, _ARG0 + 8 * arg))
+            test(_JEQ, 0, false="eperm")
+        ret(RET_ALLOW)
+        insns.append(label)
     for call in ("socket", "socketpair"):
         test(_JEQ, numbers[call], true="check_family")
     test(_JEQ, numbers["ioctl"], false="allow")
