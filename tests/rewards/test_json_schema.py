@@ -58,15 +58,15 @@ def test_without_expected_a_valid_object_is_enough(verifier):
         ('{"name": "Ada", "age": 36, "born": "1815-13-40"}', "a malformed date format"),
         ('{"name": "Ada", "age": NaN}', "NaN is not JSON"),
         ('{"name": "Ada", "age": 1e999}', "an overflowing number"),
-        ('[{"name": "Ada", "age": 36}]x', "an array: the object inside it still counts"),
+        # An element of an array is not an answer (until 2026-12-03 it was read as one).
+        ('[{"name": "Ada", "age": 36}]x', "an array element"),
         ("{'name': 'Ada', 'age': 36}", "Python, not JSON"),
         ('{"name": "Ada", "age": 36', "an unclosed object"),
         ('{"name": "Ada", "age": ' + "1" * 5000 + "}", "an integer past Python's digit limit"),
     ],
 )
 def test_crafted_answers_score_zero(verifier, completion, why):
-    expected = 1.0 if why.startswith("an array") else 0.0
-    assert verifier(completion, SAMPLE) == expected, why
+    assert verifier(completion, SAMPLE) == 0.0, why
 
 
 def test_one_equals_one_point_zero_but_key_order_does_not_matter(verifier):

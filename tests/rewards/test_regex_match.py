@@ -24,7 +24,9 @@ def verifier() -> RegexVerifier:
         ("2024-01-05", 1.0),
         ("  2024-01-05 \n", 1.0),  # surrounding whitespace is not the answer
         ("<think>hmm</think><answer>2024-01-05</answer>", 1.0),
-        ("<answer>1999-12-31</answer> wait <answer>2024-01-05</answer>", 1.0),  # the last tag
+        # Two answers that differ are a hedge (until 2026-12-03 the last one was read).
+        ("<answer>1999-12-31</answer> wait <answer>2024-01-05</answer>", 0.0),
+        ("<answer>2024-01-05</answer> so <answer> 2024-01-05 </answer>", 1.0),  # the same
         ("The date is 2024-01-05", 0.0),  # a full match, not a search
         ("2024-01-05 or 2024-01-06", 0.0),
         ("2024-01-05\n", 1.0),

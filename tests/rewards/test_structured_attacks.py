@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import re
 import reprlib
 import threading
 import time
@@ -321,11 +320,12 @@ def test_one_completion_that_reaches_a_broken_reference_does_not_stop_the_run(ve
          "DataError"),
         ({"type": "object", "$ref": "#/type/x"}, "{}", "DataError"),  # a pointer into a string
         ({"type": "object", "$ref": "#/type/0"}, "{}", "DataError"),
-        ({"properties": {"a": {"multipleOf": 0.5}}}, '{"a": ' + "9" * 4000 + "}", "DataError"),
-        ({"properties": {"a": {"multipleOf": 10**400}}}, '{"a": 1.5}', "DataError"),
+        # multipleOf is exact since 2026-12-03 (float division raised on these before).
+        ({"properties": {"a": {"multipleOf": 0.5}}}, '{"a": ' + "9" * 4000 + "}", 1.0),
+        ({"properties": {"a": {"multipleOf": 10**400}}}, '{"a": 1.5}', 0.0),
         ({"$schema": 5}, "{}", "DataError"),
         ({"properties": {"a": {"minimum": 10**400}}}, '{"a": 1e308}', 0.0),  # compared exactly
-        ({"properties": {"a": {"multipleOf": 1e-308}}}, '{"a": 1e308}', 0.0),
+        ({"properties": {"a": {"multipleOf": 1e-308}}}, '{"a": 1e308}', 1.0),  # 10**616 times
     ],
     ids=short,
 )  # fmt: skip
@@ -468,7 +468,6 @@ def test_deep_arrays_are_not_an_answer_even_for_a_schema_that_accepts_anything(v
         ('{"n\\u0061me": "Ada", "age": 36}', "an escaped key is the same key"),
         ('{"name": "\\u0041da", "age": 36}', "an escaped value is the same value"),
         ("\ufeff" + GOOD, "a BOM before the object"),
-        ('[{"name": "Ada", "age": 36}]', "the object inside an array"),
         ('{\n  "name": "Ada",\n\t"age": 36\r\n}', "JSON whitespace"),
         ('{"name": "Ada", "age": 3.6e1}', "an exponent"),
     ],
@@ -613,7 +612,8 @@ def test_a_draft_without_a_format_leaves_it_unchecked(verifier):
         ({"properties": {"s": {"pattern": "^\\$[0-9]+$"}}}, '{"s": "$5"}', 1.0),  # escaped $
         ({"properties": {"s": {"pattern": "^[$]$"}}}, '{"s": "$"}', 1.0),  # $ in a class
         ({"properties": {"s": {"pattern": "^a$"}}}, '{"s": "a\\n"}', 0.0),
-        ({"properties": {"s": {"pattern": "(?m)^a$"}}}, '{"s": "a\\nb"}', 1.0),  # asked for
+        # Python's inline flags are not ECMA-262: the schema is refused (read until 2026-12-03).
+        ({"properties": {"s": {"pattern": "(?m)^a$"}}}, '{"s": "a\\nb"}', "DataError"),
         ({"patternProperties": {"^x$": {}}, "additionalProperties": False}, '{"x\\n": 1}', 0.0),
         ({"patternProperties": {"^x$": {}}, "additionalProperties": False}, '{"x": 1}', 1.0),
         ({"patternProperties": {"^x$": {"type": "string"}}}, '{"x\\n": 1}', 1.0),  # no match
@@ -630,22 +630,6 @@ def test_a_draft_without_a_format_leaves_it_unchecked(verifier):
 )  # fmt: skip
 def test_dollar_in_a_schema_pattern_is_the_end_of_the_string(verifier, schema, completion, reward):
     assert verdict(verifier, completion, {"id": "p", "schema": schema}) == reward
-
-
-def test_end_anchored_rewrites_only_anchors():
-    from rlvr.rewards.json_schema import end_anchored
-
-    assert end_anchored("^a$") == "^a\\Z"
-    assert end_anchored("a$|b$") == "a\\Z|b\\Z"
-    for unchanged in ("\\$", "[$]", "[]$]", "[^]$]", "(?m)^a$", "(?im)a$", "[\\]$]"):
-        assert end_anchored(unchanged) == unchanged, unchanged
-    assert end_anchored("\\\\$") == "\\\\\\Z"
-    patterns = ["^a$", "a$|b", "^(a|b)*$", "[$]$", "x\\$$", "^\\d{3}$", "(?i)^ab$", "(?<=a)$"]
-    strings = ["a", "ab", "ba", "$", "x$", "123", "AB", "aab", "", "$$"]
-    for p in patterns:  # the same as Python's `$` wherever no final newline is involved
-        for s in strings:
-            assert bool(re.search(end_anchored(p), s)) == bool(re.search(p, s)), (p, s)
-            assert not re.search(end_anchored(p), s + "\n") or re.search(end_anchored(p), s), p
 
 
 # --- regex ----------------------------------------------------------------------------------

@@ -6,11 +6,14 @@ correctness, so it must never be the whole reward of a run.
 
 The template must match the whole completion:
 - exactly one think block, then exactly one answer block, nothing else;
-- whitespace (spaces, newlines) is allowed before, between and after the blocks, since chat
-  templates and tokenizers add newlines there, and it carries no content;
+- ASCII whitespace (spaces, tabs, newlines) is allowed before, between and after the blocks,
+  since chat templates and tokenizers add newlines there, and it carries no content; any other
+  character there (a zero-width space, U+3000, a \x1c separator) is text outside the blocks;
 - no tag inside a block (`<think>` in the answer, a second `<answer>` inside the first);
-- both blocks hold non-whitespace text (an empty think skips the reasoning, an empty answer is
-  no answer); `require_think=False` makes the think block optional.
+- both blocks hold at least one visible character (rewards.structured.is_visible: a letter,
+  number, punctuation or symbol), so an empty think skips the reasoning and an empty answer is
+  no answer, and one made of invisible characters (U+200B, U+FEFF, U+3164, U+2800, a lone
+  combining mark, U+00A0) is as empty; `require_think=False` makes the think block optional.
 Tags are configurable (`think_tag`, `answer_tag`), or a full-match `pattern` replaces the template.
 """
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from rlvr.rewards.structured import ASCII_SPACE, has_visible
 
 
 class FormatVerifier:
@@ -39,15 +44,17 @@ class FormatVerifier:
     def __call__(self, completion: str, sample: Mapping[str, Any] | None = None) -> float:
         if self.pattern is not None:
             return 1.0 if self.pattern.fullmatch(completion) else 0.0
-        rest = completion.strip()
+        rest = completion.strip(ASCII_SPACE)
         blocks = []
         if rest.startswith(self.think[0]) or self.require_think:
             block, rest = _leading_block(rest, *self.think)
             blocks.append(block)
-        block, rest = _leading_block(rest.lstrip(), *self.answer)
+        block, rest = _leading_block(rest.lstrip(ASCII_SPACE), *self.answer)
         blocks.append(block)
         tags = (*self.think, *self.answer)
-        ok = rest == "" and all(b and b.strip() and not any(t in b for t in tags) for b in blocks)
+        ok = rest == "" and all(
+            b and has_visible(b) and not any(t in b for t in tags) for b in blocks
+        )
         return 1.0 if ok else 0.0
 
 

@@ -12,35 +12,33 @@ could be graded on one object while a lenient reader (Python's own `json.loads` 
 the last of duplicate keys) reads another. Strict JSON: no NaN or Infinity (nor 1e999, which
 overflows), no duplicate keys, no lone surrogate (`"\\ud800"`), at most MAX_DEPTH levels of
 objects and arrays, `max_chars` of text searched. Only an object is an answer: a top-level array
-or number is not.
+or number is not, and neither is an object that stands as an element of one (`[{"n": 1}]`,
+`[{"n": 0}, {"n": 1}]`, `{"n": 0}, {"n": 1}]`: `in_a_sequence`).
 
-Validation uses the `jsonschema` library (`pip install 'rlvr[structured]'`) with the validator
-the schema's `$schema` names (the newest draft when it names none or one jsonschema does not
-know) and format checking on. It never reads the network or the filesystem: references resolve
-only inside the schema itself and against the metaschemas jsonschema bundles, through a
-`referencing.Registry` whose retrieve function refuses every URI (a `$schema` URI is never
-dereferenced either).
+Validation uses the `jsonschema` library (`pip install 'rlvr[structured]'`, which brings
+`regress` for ECMA-262 patterns) with the validator the schema's `$schema` names (the newest
+draft when it names none or one jsonschema does not know) and format checking on. It never
+reads the network or the filesystem: references resolve only inside the schema itself and
+against the metaschemas jsonschema bundles, through a `referencing.Registry` whose retrieve
+function refuses every URI (a `$schema` URI is never dereferenced either).
 
 Bad schemas: a schema that is not plain JSON within MAX_SCHEMA_DEPTH levels (NaN as a
 `maximum` would pass every number) is a DataError naming the sample, as is one the library
-rejects, a reference that does not resolve inside it, and any other failure of the validation
-(a `{"$ref": "#"}` loop past Python's recursion limit, a pointer into a string): the answer is
-plain bounded JSON, so the schema is the cause, and its owner is the one to hear of it. Raised
-on the completion that reaches the fault, it is that completion's failure (the Scorer scores it
-0 and counts it), not the run's end. Validation runs in a worker process killed after
-`timeout_s` (a schema's `pattern` is a regex that can backtrack for hours on a crafted string);
-past it, or when the worker crashes, the answer scores 0.
+rejects (a `pattern` that is not ECMA-262, such as Python's `(?P<x>a)` or `(?i)`), a reference
+that does not resolve inside it, and any other failure of the validation (a `{"$ref": "#"}`
+loop past Python's recursion limit, a pointer into a string): the answer is plain bounded JSON,
+so the schema is the cause, and its owner is the one to hear of it. Raised on the completion
+that reaches the fault, it is that completion's failure (the Scorer scores it 0 and counts it),
+not the run's end. Validation runs in a worker process killed after `timeout_s` (a schema's
+`pattern` is a regex that can backtrack for hours on a crafted string); past it, or when the
+worker crashes, the answer scores 0.
 
-Where Python's reading would pass answers the schema's author meant to refuse, it is narrowed:
-- `$` in `pattern` and `patternProperties` matches only at the end of the string, as in
-  ECMA-262, the regex dialect of JSON Schema (Python's `$` also matches before a final
-  newline, so `^[a-z]+$` would pass "abc\\n"); patterns with a multiline flag `(?m` are left
-  alone, and error details show the rewritten pattern.
-- formats: `email` and `idn-email` need a dot-atom local part and a hostname (or bracketed IP)
-  domain (jsonschema only asks for an `@`); `uuid` is the 8-4-4-4-12 hex form (jsonschema lets
-  Python's UUID() strip braces and "urn:"); date, time, address and URI formats refuse control
-  characters (the date-time checker's `$` passes a trailing newline); `regex` refuses a pattern
-  that overflows Python's parser.
+Where Python's reading would pass answers the schema's author meant to refuse, the worker reads
+as JSON Schema does (rewards/json_schema_ecma.py): every pattern, wherever the schema puts it
+(`pattern`, `patternProperties`, under `$ref` to any part of the schema), is matched as
+ECMA-262 (`$` is the end of the string, `\\d` is [0-9]); `multipleOf` is exact decimal
+arithmetic. Formats are narrowed (rewards/json_schema_formats.py): no invisible or
+non-ASCII character where the format's grammar has none, stricter `email`, `uuid`, and `regex`.
 
 Comparison: JSON values (rewards.code.json_equal): `true` is not `1`, `1` equals `1.0`, object
 key order does not matter. Per field: each top-level key of "expected" scores when the object
@@ -51,8 +49,6 @@ Sample: {"schema": object or strict-JSON string, "expected": JSON value (optiona
 
 from __future__ import annotations
 
-import copy
-import ipaddress
 import json
 import math
 import re
@@ -64,11 +60,15 @@ from rlvr.rewards.base import Score
 from rlvr.rewards.code import json_equal
 from rlvr.rewards.structured import CheckTimeout, IsolatedCheck, after_reasoning
 
-EXTRA_HINT = "pip install 'rlvr[structured]' (or pip install jsonschema)"
+EXTRA_HINT = "pip install 'rlvr[structured]' (or pip install jsonschema regress)"
 MAX_DEPTH = 64  # objects and arrays in an answer; validation recursion stays far from the limit
 MAX_SCHEMA_DEPTH = 128  # objects and arrays in a schema; real ones nest a few dozen at most
 MAX_RESCANS = 16
 MESSAGE_CHARS = 200
+JSON_SPACE = " \t\r\n"
+# The characters a JSON value (other than true, false and null) ends or starts with.
+_VALUE_END = frozenset('}]"0123456789')
+_VALUE_START = frozenset('{["-0123456789')
 _SPECIAL = re.compile(r'[{}"\\]')
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -186,6 +186,21 @@ def object_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def in_a_sequence(text: str, start: int, end: int) -> bool:
+    """Whether the object at text[start:end] stands where JSON puts an array element: after
+    `[`, before `]`, or beside a comma with a JSON value on its other side (JSON whitespace
+    between). `[{"n": 0}, {"n": 1}]` names two answers (a hedge), `[{"n": 1}]` is an array,
+    which is not an answer, and neither is the last object of a list that is not whole
+    (`{"n": 0}, {"n": 1}]`). Prose commas stay prose: `Sure, {"n": 1}, as asked.`"""
+    head = text[:start].rstrip(JSON_SPACE)
+    tail = text[end:].lstrip(JSON_SPACE)
+    if head.endswith("[") or tail.startswith("]"):
+        return True
+    if head.endswith(",") and head[:-1].rstrip(JSON_SPACE)[-1:] in _VALUE_END:
+        return True
+    return tail.startswith(",") and tail[1:].lstrip(JSON_SPACE)[:1] in _VALUE_START
+
+
 def final_object(completion: str, max_chars: int) -> tuple[dict[str, Any] | None, str]:
     """(the answer: the last top-level `{...}` after the reasoning, if it is strict JSON within
     MAX_DEPTH levels; else None, and why not)."""
@@ -200,6 +215,8 @@ def final_object(completion: str, max_chars: int) -> tuple[dict[str, Any] | None
     start, end = spans[-1]
     if end < 0:
         return None, f"no answer: the last object nests deeper than {MAX_DEPTH} levels"
+    if in_a_sequence(text, start, end):
+        return None, "no answer: the last object is an element of an array or a list"
     try:
         value = parse_json(text[start:end])
     except RecursionError:
@@ -213,165 +230,6 @@ def final_object(completion: str, max_chars: int) -> tuple[dict[str, Any] | None
 
 
 # --- worker side ----------------------------------------------------------------------------
-
-# Reads a pattern as multiline, where `$` before a newline is what the author asked for.
-_MULTILINE_FLAG = re.compile(r"\(\?[a-zA-Z]*m")
-_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_EMAIL = re.compile(rf"(?P<local>{_ATOM}(?:\.{_ATOM})*)@(?P<domain>{_LABEL}(?:\.{_LABEL})*)")
-_IDN_ATOM = r"(?:[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]|[^\x00-\x7f\s])+"
-_IDN_LABEL = r"[^\W_](?:(?:[^\W_]|-)*[^\W_])?"
-_IDN_EMAIL = re.compile(
-    rf"(?P<local>{_IDN_ATOM}(?:\.{_IDN_ATOM})*)@(?P<domain>{_IDN_LABEL}(?:\.{_IDN_LABEL})*)"
-)
-_IP_LITERAL = re.compile(r"(?P<local>[^@]+)@\[(?:IPv6:(?P<v6>[^\]]+)|(?P<v4>[0-9.]+))\]")
-_UUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# Formats whose values are one line of printable text; a control character (a trailing
-# newline that a checker's `$` lets through) makes the value malformed.
-_ONE_LINE_FORMATS = frozenset(
-    "date date-time time duration email idn-email hostname idn-hostname host-name ipv4 ipv6 "
-    "ip-address uri uri-reference iri iri-reference uri-template uuid color".split()
-)
-
-
-def _is_email(instance: object, pattern: re.Pattern[str] = _EMAIL) -> bool:
-    """An address `local@domain`: dot-atom local part (at most 64 characters), hostname domain
-    (at most 253) or a bracketed IP literal. Quoted local parts are refused: no RL task needs
-    them, and each accepted oddity is one more string that passes for an address."""
-    if not isinstance(instance, str):
-        return True
-    if len(instance) > 320:
-        return False
-    literal = _IP_LITERAL.fullmatch(instance)
-    if literal is not None:
-        local = literal["local"]
-        try:
-            if literal["v6"] is not None:
-                ipaddress.IPv6Address(literal["v6"])
-            else:
-                ipaddress.IPv4Address(literal["v4"])
-        except ValueError:
-            return False
-        return len(local) <= 64 and _is_email(local + "@a", pattern)
-    match = pattern.fullmatch(instance)
-    return match is not None and len(match["local"]) <= 64 and len(match["domain"]) <= 253
-
-
-def _is_idn_email(instance: object) -> bool:
-    return _is_email(instance, _IDN_EMAIL)
-
-
-def _is_uuid(instance: object) -> bool:
-    return not isinstance(instance, str) or _UUID.fullmatch(instance) is not None
-
-
-def _is_regex(instance: object) -> bool:
-    return not isinstance(instance, str) or bool(re.compile(instance))
-
-
-def _one_line(check: Callable[[object], bool]) -> Callable[[object], bool]:
-    def checked(instance: object) -> bool:
-        if isinstance(instance, str) and _CONTROL.search(instance):
-            return False
-        return check(instance)
-
-    return checked
-
-
-def format_checker(validator_class: Any) -> Any:
-    """The validator class's own FormatChecker, with the narrowings the module docstring lists;
-    a format the class does not check (uuid before 2019-09) stays unchecked."""
-    import jsonschema
-
-    base = validator_class.FORMAT_CHECKER
-    checker = jsonschema.FormatChecker(formats=())
-    stricter: dict[str, tuple[Callable[[object], bool], Any]] = {
-        "email": (_is_email, ()),
-        "idn-email": (_is_idn_email, ()),
-        "uuid": (_is_uuid, ()),
-        # A deeply nested group overflows Python's recursive regex parser: a malformed pattern.
-        "regex": (_is_regex, (re.error, RecursionError, OverflowError, ValueError)),
-    }
-    for name, (check, raises) in base.checkers.items():
-        check, raises = stricter.get(name, (check, raises))
-        if name in _ONE_LINE_FORMATS:
-            check = _one_line(check)
-        checker.checks(name, raises)(check)
-    return checker
-
-
-def end_anchored(pattern: str) -> str:
-    """`pattern` with each `$` that is an anchor (not escaped, not in a character class)
-    rewritten to `\\Z`: the end of the string only, as ECMA-262 reads `$` without its multiline
-    flag. A pattern that sets the multiline flag is returned unchanged."""
-    if _MULTILINE_FLAG.search(pattern):
-        return pattern
-    out: list[str] = []
-    i, n, in_class = 0, len(pattern), False
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            j = i + 1
-            if j < n and pattern[j] == "^":
-                j += 1
-            if j < n and pattern[j] == "]":  # a `]` first in a class is a literal
-                j += 1
-            out.append(pattern[i:j])
-            i = j
-            continue
-        elif c == "$":
-            c = r"\Z"
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def _with_end_anchors(schema: Any, validator_class: Any) -> Any:
-    """A copy of `schema` whose `pattern`s and `patternProperties` keys are `end_anchored`.
-
-    Subschemas are found the way `referencing` finds them for the schema's dialect, so a
-    "pattern" key inside `const`, `enum` or `properties` data is not taken for the keyword."""
-    import referencing.jsonschema
-    from referencing import Resource
-
-    schema = copy.deepcopy(schema)
-    default = referencing.jsonschema.specification_with(
-        str(validator_class.META_SCHEMA.get("$schema", "")),
-        default=referencing.jsonschema.DRAFT202012,
-    )
-    stack = [Resource.from_contents(schema, default_specification=default)]
-    seen: set[int] = set()
-    while stack:
-        resource = stack.pop()
-        contents = resource.contents
-        if not isinstance(contents, dict) or id(contents) in seen:
-            continue
-        seen.add(id(contents))
-        if isinstance(contents.get("pattern"), str):
-            contents["pattern"] = end_anchored(contents["pattern"])
-        properties = contents.get("patternProperties")
-        if isinstance(properties, dict):
-            anchored: dict[str, Any] = {}
-            for key, subschema in properties.items():
-                new = end_anchored(key)
-                if new in anchored:
-                    raise _PatternClash(f"patternProperties {key!r} and {new!r} are one pattern")
-                anchored[new] = subschema
-            contents["patternProperties"] = anchored
-        stack.extend(resource.subresources())
-    return schema
-
-
-class _PatternClash(ValueError):
-    pass
 
 
 def _refuse(uri: str) -> Any:
@@ -413,37 +271,46 @@ def _validator(_: Any) -> Callable[[tuple[Any, Any]], tuple[str, str]]:
     try:
         import jsonschema
         from referencing.exceptions import Unresolvable
+
+        from rlvr.rewards import json_schema_ecma as ecma
+        from rlvr.rewards.json_schema_formats import format_checker
+
+        ecma.install()
     except ImportError:
         return lambda payload: ("missing", EXTRA_HINT)
 
     registry = local_registry()
     newest = jsonschema.validators.validator_for({})
-    checkers: dict[Any, Any] = {}
+    classes: dict[Any, tuple[Any, Any]] = {}  # draft -> (its ECMA class, its format checker)
+
+    def prepared(cls: Any) -> tuple[Any, Any]:
+        if cls not in classes:
+            classes[cls] = (ecma.ecma_validator(cls), format_checker(cls))
+        return classes[cls]
 
     def validate(payload: tuple[Any, Any]) -> tuple[str, str]:
         schema, instance = payload
         try:
-            # `default` given: an unknown `$schema` reads as the newest draft, without the
-            # warning jsonschema prints for it.
-            cls = jsonschema.validators.validator_for(schema, default=newest)
-            meta_class = jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls)
-            meta = meta_class(
-                cls.META_SCHEMA, registry=registry, format_checker=meta_class.FORMAT_CHECKER
-            )
-            problem = jsonschema.exceptions.best_match(meta.iter_errors(schema))
-            if problem is not None:
-                return "bad_schema", "is not a valid schema: " + _one_line_text(problem.message)
-            if cls not in checkers:
-                checkers[cls] = format_checker(cls)
-            validator = cls(
-                _with_end_anchors(schema, cls), registry=registry, format_checker=checkers[cls]
-            )
-            error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+            with ecma.ecma_patterns():
+                # `default` given: an unknown `$schema` reads as the newest draft, without the
+                # warning jsonschema prints for it.
+                cls = jsonschema.validators.validator_for(schema, default=newest)
+                meta_class = jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls)
+                meta = meta_class(
+                    cls.META_SCHEMA, registry=registry, format_checker=prepared(meta_class)[1]
+                )
+                problem = jsonschema.exceptions.best_match(meta.iter_errors(schema))
+                if problem is not None:
+                    why = _one_line_text(problem.message)
+                    return "bad_schema", "is not a valid schema: " + why
+                ecma_class, checker = prepared(cls)
+                validator = ecma_class(schema, registry=registry, format_checker=checker)
+                error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
         except Unresolvable as e:
             ref = _one_line_text(repr(_reference(e)))
             why = f"is not a valid schema: its reference {ref} does not resolve inside it"
             return "bad_schema", why + " (references are never fetched)"
-        except _PatternClash as e:
+        except ecma.PatternError as e:
             return "bad_schema", f"is not a valid schema: {_one_line_text(str(e))}"
         except RecursionError:
             why = "takes validation past Python's recursion limit (a $ref cycle such as"

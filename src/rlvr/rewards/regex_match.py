@@ -2,9 +2,15 @@
 
     reward = 1.0 if re.fullmatch(sample["pattern"], answer) else 0.0
 
-The answer: the text after the reasoning (rewards/structured.py), or the content of its last
-`<answer>...</answer>` when it has one, stripped of surrounding whitespace. No answer (an open
-`<think>`, an `<answer>` left open), or one over `max_answer_chars`, scores 0.
+The answer: the text after the reasoning (rewards/structured.py), or, when that text has answer
+tags, the content of its `<answer>...</answer>` blocks; stripped of the ASCII spaces, tabs and
+newlines around it (only those: `yes\\x1c`, `yes\\u00a0` and `\\ufeffyes` keep the character,
+and the pattern decides). A tag is what a reader takes for one: any case, spaces inside the
+brackets, attributes (`<ANSWER>`, `< answer >`, `</answer >`). No answer (score 0): an open
+`<think>`, tags that do not alternate open, close (`<answer><answer>yes</answer>`, a stray
+`</answer>`, one left open, a self-closing `<answer/>`), several blocks that do not all say the
+same (`<answer>no</answer><answer>yes</answer>` is a hedge), an answer over `max_answer_chars`.
+Text outside the blocks is not read.
 
 A full match, not `re.match` or `re.search`: `re.match(r"^\\d+$", "123\\n")` succeeds (Python's
 `$` also matches before a final newline), and so does `re.match(r"(?m)^\\d+$", "123\\nabc")`;
@@ -18,6 +24,10 @@ engine (google-re2): it refuses backreferences and lookarounds, which real patte
 (`(?=.*\\d)`), and would read the same pattern differently from the dataset's own tests.
 A pattern `re` cannot compile is a DataError naming the sample.
 
+Case-insensitive matching of an ASCII pattern is ASCII: Python folds U+017F (ſ) onto `s`, the
+Kelvin sign U+212A onto `k` and U+0130/U+0131 onto `i`, so `(?i)^yes$` would pass "yeſ"; an
+answer holding one of these four does not match an ASCII pattern that is case-insensitive.
+
 Sample: {"pattern": str}; inline flags (`(?i)`) are the way to set flags.
 """
 
@@ -29,23 +39,47 @@ from typing import Any
 
 from rlvr.errors import DataError
 from rlvr.rewards.base import Score
-from rlvr.rewards.structured import CheckTimeout, IsolatedCheck, after_reasoning
+from rlvr.rewards.structured import ASCII_SPACE, CheckTimeout, IsolatedCheck, after_reasoning
 
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+# Anything a reader takes for an answer tag: any case, spaces inside the brackets, attributes.
+# Bounded, so that text full of "<answer" without ">" is scanned in linear time.
+_TAG = re.compile(r"<\s{0,16}(/?)\s{0,16}answer(?=[\s/>])[^<>]{0,200}>", re.IGNORECASE)
+# The non-ASCII characters that Python's case-insensitive matching takes for ASCII letters
+# (U+0130 İ and U+0131 ı for i, U+017F ſ for s, U+212A Kelvin sign for k).
+_ASCII_FOLDS = re.compile("[\u0130\u0131\u017f\u212a]")
+_IGNORECASE_GROUP = re.compile(r"\(\?[a-zA-Z]*i")
 
 
 def final_answer(completion: str) -> str | None:
-    """The answer text a pattern is matched against, or None."""
+    """The answer text a pattern is matched against, or None (see the module docstring)."""
     text = after_reasoning(completion)
     if text is None:
         return None
-    if ANSWER_OPEN in text or ANSWER_CLOSE in text:
-        head, sep, tail = text.rpartition(ANSWER_CLOSE)
-        start = head.rfind(ANSWER_OPEN)
-        if not sep or start < 0 or ANSWER_OPEN in tail:
-            return None
-        text = head[start + len(ANSWER_OPEN) :]
-    return text.strip()
+    tags = list(_TAG.finditer(text))
+    if not tags:
+        return text.strip(ASCII_SPACE)
+    answers: set[str] = set()
+    for i, tag in enumerate(tags):
+        closing = tag.group(1) == "/"
+        if tag.group()[:-1].rstrip().endswith("/") or closing != (i % 2 == 1):
+            return None  # a self-closing tag, or tags that do not alternate open, close
+        if closing:
+            answers.add(text[tags[i - 1].end() : tag.start()].strip(ASCII_SPACE))
+    if len(tags) % 2 or len(answers) != 1:  # an unclosed tag, or answers that differ: a hedge
+        return None
+    return answers.pop()
+
+
+def folds_into_ascii(compiled: re.Pattern[str], answer: str) -> bool:
+    """Whether `answer` may match the ASCII pattern only through Unicode case folding: the
+    pattern is case-insensitive (its flags, or a scoped `(?i:...)`) and the answer holds a
+    character that Python folds onto an ASCII letter. Checked instead of compiling with
+    re.ASCII, which would also narrow `\\w` and `\\d` in patterns that mean them as Unicode."""
+    pattern = compiled.pattern
+    if not pattern.isascii() or not _ASCII_FOLDS.search(answer):
+        return False
+    return bool(compiled.flags & re.IGNORECASE) or bool(_IGNORECASE_GROUP.search(pattern))
 
 
 def _matcher(_: Any) -> Callable[[tuple[str, str | None]], tuple[str, bool | str]]:
@@ -64,7 +98,9 @@ def _matcher(_: Any) -> Callable[[tuple[str, str | None]], tuple[str, bool | str
             if len(cache) > 1000:
                 cache.clear()
             cache[pattern] = compiled
-        return "ok", answer is not None and compiled.fullmatch(answer) is not None
+        if answer is None or folds_into_ascii(compiled, answer):
+            return "ok", False
+        return "ok", compiled.fullmatch(answer) is not None
 
     return match
 

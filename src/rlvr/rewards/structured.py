@@ -11,16 +11,39 @@ signal interrupts. So the check runs in a `WorkerProcess` (rewards/workers.py) t
 SIGKILLed and replaced when it overruns `timeout_s`, as the math verifier's checks do; the
 answer then scores 0. Inside a VerifierPool worker, which is itself killed on timeout,
 `for_worker()` copies run the check inline.
+
+Visible text: `is_visible` is what the verifiers count as content, so that an answer or a
+reasoning block made of invisible characters is empty, and a format value with one in it is
+malformed (see the function).
 """
 
 from __future__ import annotations
 
 import threading
+import unicodedata
 from typing import Any
 
 from rlvr.errors import ConfigError
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+ASCII_SPACE = " \t\r\n"  # the whitespace around an answer that is stripped, and nothing else
+
+# Letters and symbols that render as blank space: Hangul fillers, the braille blank.
+_BLANK_GRAPHICS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def is_visible(c: str) -> bool:
+    """Whether the character `c` shows as a mark of its own: a letter, number, punctuation or
+    symbol (Unicode categories L, N, P, S), but not one that renders blank. Not visible:
+    whitespace and separators (Z), controls, format characters such as U+200B and U+FEFF,
+    private-use and unassigned code points (C), and combining marks (M), which show only on a
+    visible base character."""
+    return unicodedata.category(c)[0] in "LNPS" and c not in _BLANK_GRAPHICS
+
+
+def has_visible(text: str) -> bool:
+    """Whether `text` holds at least one visible character (`is_visible`)."""
+    return any(is_visible(c) for c in text)
 
 
 def after_reasoning(completion: str) -> str | None:
