@@ -31,9 +31,24 @@ LATEX_ONLY = (
     "upstream restricts this test to LaTeX extraction; the lenient reading, like math-verify's "
     "default, also reads plain numbers, and 9 is the answer the text states"
 )
+AFTER_ANSWER = (
+    "a value stated after the final answer is one more answer: the sentence after the box, "
+    "'Note that ... $13_5$ divided by $2_5$ is $4_5$', names three other values (the red team's "
+    "second thoughts after a box, '\\boxed{5}. Hmm, 6?', are read the same way)"
+)
+
+CHAIN_SIDES = (
+    "every side of an equation chain must equal the gold, also against a gold x = 11: "
+    "x = 5+5+1 = 7 = 11 states 7 and z = 3+3 = 2 states 6 (upstream compares the first and last "
+    "side only, the reading that let the red team's x = 4 = 3 match x = 3)"
+)
 
 SHARED = {
     ("test_number_extraction", 6): GOLD_PAIR,
+    ("test_relations_math", 10): CHAIN_SIDES,
+    ("test_relations_math", 12): CHAIN_SIDES,
+    ("test_relations_math", 26): CHAIN_SIDES,
+    ("test_relations_math", 27): CHAIN_SIDES,
     ("test_latex_notation", 9): CHAIN,
     ("test_complex_math_expressions", 0): EXACT,
     ("test_complex_math_expressions", 7): EXACT,
@@ -42,6 +57,7 @@ SHARED = {
     ("test_relations_math", 13): APPROX,
     ("test_relations_math", 15): APPROX,
     ("test_relations_math", 16): APPROX,
+    ("test_latex_notation_math", 17): AFTER_ANSWER,
 }
 STRICT_BOXED = SHARED
 LENIENT = {**SHARED, ("test_latex_notation", 5): LATEX_ONLY, ("test_latex_notation", 6): LATEX_ONLY}
@@ -79,13 +95,13 @@ def test_the_data_is_the_210_upstream_cases():
     assert sum(c["expected"] == 0 for c in cases) == 36
 
 
-def test_lenient_reading_agrees_on_199_and_accepts_no_wrong_answer_undocumented():
+def test_lenient_reading_agrees_on_194_and_accepts_no_wrong_answer_undocumented():
     verifier = MathVerifier(timeout_s=10.0, lenient=True)
     try:
         found = disagreements(verifier, "prediction")
     finally:
         verifier.close()
-    assert 210 - len(found) >= 199
+    assert 210 - len(found) >= 194
     assert found.keys() == LENIENT.keys(), "disagreements changed: update docs/verifiers.md"
     accepted_wrong = {key for key, verdict in found.items() if verdict == 1}
     assert accepted_wrong == {
@@ -95,13 +111,13 @@ def test_lenient_reading_agrees_on_199_and_accepts_no_wrong_answer_undocumented(
     }
 
 
-def test_strict_reading_with_each_answer_boxed_agrees_on_201():
+def test_strict_reading_with_each_answer_boxed_agrees_on_196():
     verifier = MathVerifier(timeout_s=10.0)
     try:
         found = disagreements(verifier, "boxed")
     finally:
         verifier.close()
-    assert 210 - len(found) >= 201
+    assert 210 - len(found) >= 196
     assert found.keys() == STRICT_BOXED.keys(), "disagreements changed: update docs/verifiers.md"
     assert {key for key, verdict in found.items() if verdict == 1} == {
         ("test_set_rel_assymetry", 3)

@@ -21,13 +21,16 @@ hardenings:
 - Numbers compare exactly. math-verify compares numbers after rounding to 6 decimals and chops
   tiny differences, so it accepts 1/2006! = 1/2004! and 1/2^99 = 1/2^98; here both sides become
   exact rationals (a decimal means the rational it spells: 0.5 = 1/2, 0.333 = 333/1000) and
-  must be equal. Irrational values must agree to 40 significant digits at 50-digit precision.
+  must be equal. Irrational values are equal only where sympy proves their difference zero
+  (rlvr.rewards.math_value_forms.proven_zero): agreement to many digits is no proof.
   Only where the gold is a decimal may the prediction differ, by `float_rel_tol` relative
   (default 1e-6): gold 2.718281828 accepts e, gold 3.14 rejects pi, gold pi rejects 3.14159265,
   gold 1/3 rejects 0.333333, gold 0.333 rejects 1/3.
-- Answer forms: when the gold is a single value, a predicted list, set, tuple or interval scores 0
-  ("1, 2", "{5}", "1 or 2"), and a predicted equation only counts if it is `x = value` or a
-  chain whose every side equals the gold ("x = 2+3 = 5" yes; "3 = 5", "x = 3 = 5" no).
+- Answer forms (rlvr.rewards.math_value_forms): when the gold is a single value (`5`, `x = 5`),
+  a predicted list, set, tuple or interval scores 0 ("1, 2", "{5}", "[5, 5]", "1 or 2"); every
+  side of an equation chain must equal the gold ("x = 2+3 = 5" yes; "3 = 5", "x = 4 = 3" no);
+  an inequality never matches a set, list, tuple or the pair `(a, b)`; a percent sign ends a
+  number; against a gold in bases the answer is numerals in those bases, not an expression.
 - Several answers for a gold of several values: when the gold is a set of two or more values
   ("1, -2", "\\{1,-2\\}", "1 \\pm \\sqrt{2}"), answers that are each one value and together are
   exactly those values (`\\boxed{-2} and \\boxed{1}`) match it; one value less or more does not.
@@ -36,7 +39,7 @@ hardenings:
   `\\equiv` as `=`) match only a gold that holds them; numerals must be in the gold's bases (gold
   `1010_2` rejects `10`, the number a conversion starts from). Notation is read first, on both
   sides (rlvr.rewards.math_notation): a hedge in text (`5 \\text{ (or 6)}`), text between math
-  and hidden content are unreadable, units at the end are dropped, `1010_2` is 10.
+  and hidden content are unreadable, known units at the end are dropped, `1010_2` is 10.
 Normalisation, applied to both sides: a percent sign, and the words "percent", "percentage",
 "pct" after a number, are dropped (gold "50%" matches "50", "50\\%" and "50 percent", not 0.5:
 the number asked for is the count of percent); a number written with thousands separators
@@ -69,7 +72,7 @@ import re
 import threading
 from collections.abc import Iterator, Mapping
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlvr.errors import ConfigError, DataError
 from rlvr.rewards.base import Score
@@ -84,7 +87,14 @@ from rlvr.rewards.math_answer import (
     normalize,
     read_decimal_comma,
 )
-from rlvr.rewards.math_notation import loose_relations, numeral_bases
+from rlvr.rewards.math_notation import (
+    gold_words_known,
+    loose_relations,
+    numeral_bases,
+    relation_pieces,
+    words_of,
+)
+from rlvr.rewards.math_value_forms import based_form_ok, comparisons, percent_ok, proven_zero
 
 __all__ = [
     "DEFAULT_ANSWER_PATTERN",
@@ -104,15 +114,23 @@ __all__ = [
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 
 
+# math-verify's normalisation, less its unit stripping, which reads `2c` as 2, `x + 2c` as
+# x + 2 and `5 increase` as 5: rlvr.rewards.math_notation reads units before it parses.
+_NORMALIZATION = dict(
+    basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="all"
+)
+
+
 def _parse(latex: str) -> Any:
     """The first sympy object math-verify's LaTeX parser gets from `latex`, or None."""
+    from latex2sympy2_extended.math_normalization import NormalizationConfig
     from math_verify import LatexExtractionConfig, parse
 
     if not latex:
         return None
     parsed = parse(
         f"${latex}$",
-        [LatexExtractionConfig()],
+        [LatexExtractionConfig(normalization_config=NormalizationConfig(**_NORMALIZATION))],
         fallback_mode="no_fallback",
         extraction_mode="first_match",
         parsing_timeout=None,  # our limit is the worker kill; signals would fight it
@@ -120,30 +138,49 @@ def _parse(latex: str) -> Any:
     return parsed[0] if parsed and not isinstance(parsed[0], str) else None
 
 
+class _Gold(NamedTuple):
+    """A gold as the comparison uses it: its sympy object (None if unreadable), normalised
+    text, the bases other than 10 of its numerals, its text as written (for the form of based
+    numerals) and its words (known as units and labels in the answers)."""
+
+    expr: Any
+    text: str
+    bases: frozenset[int]
+    written: str
+    words: frozenset[str]
+
+
 @lru_cache(maxsize=4096)
-def _parse_gold(gold: str) -> tuple[Any, str, frozenset[int]]:
-    """A gold's sympy object (None if unreadable), normalised text and the bases other than 10
-    its numerals are written in. A gold with one box (a full solution) is read from it; one math
+def _parse_gold(gold: str) -> _Gold:
+    """The gold read as `_Gold`. A gold with one box (a full solution) is read from it; one math
     span among words (`$125$ miles`) is that span."""
     boxes = boxed_contents(gold)
     if boxes and len(boxes) == 1:
         gold = boxes[0]
+    words = words_of(gold)  # before a span is picked: the words of `$125$ miles` too
     found = math_spans(clean_answer(gold))
     if found and len(found[0]) == 1 and not re.search(r"[0-9\\]", found[1]):
         gold = found[0][0]
-    text = normalize(gold, reference=True)
-    return _parse(text), text, numeral_bases(clean_answer(gold))
+    written = clean_answer(gold)
+    with gold_words_known(words):
+        text = normalize(gold, reference=True)
+    return _Gold(_parse(text), text, numeral_bases(written), written, words)
 
 
-def _read_prediction(answer: str, gold_text: str, gold_bases: frozenset[int]) -> str | None:
+def _read_prediction(answer: str, gold: _Gold) -> str | None:
     """The normalised answer, or None where its form cannot match the gold: unreadable, a box
-    left in it, a relation the gold does not hold, numerals in other bases than the gold's."""
-    text = read_decimal_comma(normalize(answer), gold_text)
+    left in it, a relation the gold does not hold, numerals in other bases than the gold's or
+    in an expression, a percent sign that ends no number."""
+    with gold_words_known(gold.words):
+        text = read_decimal_comma(normalize(answer), gold.text)
     if not text or _BOX_COMMAND.search(text):
         return None
-    if loose_relations(text) - loose_relations(gold_text):
+    if loose_relations(text) - loose_relations(gold.text):
         return None
-    if numeral_bases(clean_answer(answer)) != gold_bases:
+    written = clean_answer(answer)
+    if numeral_bases(written) != gold.bases or not percent_ok(written):
+        return None
+    if gold.bases and not based_form_ok(written, gold.written):
         return None
     return text
 
@@ -152,39 +189,6 @@ def _is_collection(x: Any) -> bool:
     from sympy import MatrixBase, Set, Tuple
 
     return isinstance(x, (Set, Tuple, MatrixBase))
-
-
-def _is_relation(x: Any) -> bool:
-    from math_verify.grader import is_relation
-
-    return is_relation(x)
-
-
-def _prediction_sides(gold: Any, pred: Any) -> list[Any] | None:
-    """What must equal a single-valued gold: the prediction, or every non-variable side of a
-    predicted equation chain; None when the prediction's form cannot be one value."""
-    from math_verify.grader import is_equation
-    from sympy import Symbol
-
-    if _is_relation(gold) or _is_collection(gold):
-        return [pred]
-    if _is_collection(pred):
-        return None
-    if not _is_relation(pred):
-        return [pred]
-    if not is_equation(pred):
-        return None
-    relations = list(getattr(pred, "_unsorted_args", None) or [pred])
-    sides = []
-    for k, rel in enumerate(relations):
-        for side in (rel.lhs, rel.rhs):
-            if k == 0 and side is rel.lhs and isinstance(side, Symbol):
-                continue  # the assigned variable of `x = ...`
-            if not any(side == s for s in sides):
-                sides.append(side)
-    if any(_is_collection(s) or _is_relation(s) for s in sides):
-        return None
-    return sides
 
 
 def _exact(x: Any) -> Any:
@@ -202,6 +206,8 @@ def strict_numeric_eq(
 
     Expressions with free symbols return False here so that math-verify's exact symbolic test
     (simplify(gold - pred) == 0) decides; math-verify's own version chops small differences.
+    Irrational values are equal only where their difference is proven zero (proven_zero):
+    agreement to many digits is no proof (`5 + 10^{-45}\\pi` is not 5).
     """
     from sympy import Basic, Float, MatrixBase, nan, oo, zoo
 
@@ -221,12 +227,12 @@ def strict_numeric_eq(
     diff = g - p
     if diff.is_Rational:
         return diff == 0 or (decimal_gold and abs(diff) <= rel_tol * abs(g))
-    d, gv, pv = (abs(x.evalf(50)) for x in (diff, g, p))
-    if not all(v.is_number and v.is_finite for v in (d, gv, pv)):
+    if not decimal_gold:
+        return proven_zero(diff)
+    d, gv = (abs(x.evalf(50)) for x in (diff, g))
+    if not all(v.is_number and v.is_finite for v in (d, gv)):
         return False
-    if decimal_gold:
-        return bool(d <= rel_tol * gv)
-    return bool(d <= 1e-40 * max(gv, pv)) or d == 0
+    return bool(d <= rel_tol * gv)
 
 
 @contextlib.contextmanager
@@ -252,25 +258,34 @@ def check_equivalence(answer: str, gold: str, float_rel_tol: float = 1e-6) -> bo
     Runs inline with no time limit: call it through MathVerifier (or a VerifierPool) unless the
     inputs are trusted.
     """
-    gold_expr, gold_text, gold_bases = _parse_gold(str(gold))
-    pred_text = _read_prediction(answer, gold_text, gold_bases)
+    read = _parse_gold(str(gold))
+    pred_text = _read_prediction(answer, read)
     if pred_text is None:
         return False
-    if gold_expr is None:  # a gold math-verify cannot parse: compare the normalised text
-        return _compact(pred_text) == _compact(gold_text)
+    gold_pieces, gold_relations = relation_pieces(read.text)
+    if gold_relations:  # `x \\approx 5`: the same relations, compared side by side
+        pieces, relations = relation_pieces(pred_text)
+        return relations == gold_relations and all(
+            (p == g == "") or (bool(p and g) and check_equivalence(p, g, float_rel_tol))
+            for p, g in zip(pieces, gold_pieces)
+        )
+    if read.expr is None:  # a gold math-verify cannot parse: compare the normalised text
+        return _compact(pred_text) == _compact(read.text)
     pred = _parse(pred_text)
-    return pred is not None and _equal(gold_expr, pred, float_rel_tol)
+    return pred is not None and _equal(read.expr, pred, float_rel_tol)
 
 
 def _equal(gold: Any, pred: Any, float_rel_tol: float) -> bool:
+    """Whether the parsed `pred` matches the parsed `gold`: its form can (comparisons, in
+    rlvr.rewards.math_value_forms) and math-verify, with exact numbers, finds each pair equal."""
     from math_verify import verify
 
-    sides = _prediction_sides(gold, pred)
-    if sides is None:
+    pairs = comparisons(gold, pred)
+    if pairs is None:
         return False
     with _GRADER_LOCK, _strict_numbers(float_rel_tol):
         return all(
-            verify(gold, side, timeout_seconds=None, allow_set_relation_comp=True) for side in sides
+            verify(g, p, timeout_seconds=None, allow_set_relation_comp=True) for g, p in pairs
         )
 
 
@@ -292,12 +307,13 @@ def _values_of_gold(answers: tuple[str, ...], gold: str, float_rel_tol: float) -
     """Whether the answers, each one value, are together the values of a gold set."""
     from sympy import FiniteSet
 
-    gold_expr, gold_text, gold_bases = _parse_gold(str(gold))
+    read = _parse_gold(str(gold))
+    gold_expr = read.expr
     if not isinstance(gold_expr, FiniteSet):
         return False
     matched: set[int] = set()
     for answer in answers:
-        text = _read_prediction(answer, gold_text, gold_bases)
+        text = _read_prediction(answer, read)
         pred = _parse(text) if text else None
         if pred is None or _is_collection(pred):
             return False

@@ -10,13 +10,18 @@ String scans and regexes in linear time; nothing here parses or evaluates the an
 3. Minerva's closing line, "The final answer is X. I hope it is correct." (the format of the
    Minerva/MATH few-shot prompts), anywhere else: X, and the boxes are not read (models trained
    on that format box intermediate results on the way). Several such lines are several answers.
-4. Otherwise `\\boxed{...}` / `\\fbox{...}` anywhere else (nested braces are matched; `\\boxed 5`
-   takes the run of non-space characters after it). An unclosed box means no answer.
+4. Otherwise `\\boxed{...}` / `\\fbox{...}` anywhere else (nested braces are matched in one
+   linear pass; `\\boxed 5` takes the run of non-space characters after it). An unclosed box, or
+   boxes nested more than MAX_BOX_DEPTH deep, mean no answer. A negation or doubt word among the
+   words right before a box (`is not \\boxed{5}`, `probably \\boxed{5}`) is a hedge.
 5. Only if there is no tag, Minerva line or box: lines matching `answer_pattern` (default:
    "Answer: ...", "Final answer: ...", case-insensitive); None turns this off.
 6. After the last tag, box, Minerva line or answer line that was read, an answer stated again is
-   one more answer: the math after "answer is", "answer:", "or", "maybe" ("\\boxed{5} Actually the
-   answer is 6", "\\boxed{5} or 6"), and a box after the last Minerva line.
+   one more answer: the math after "answer is", "value is", "answer:", "or", "maybe"
+   ("\\boxed{5} Actually the answer is 6"), a box after the last Minerva line, and every number
+   in the rest of that sentence and the next one (digits, math spans, number words: "\\boxed{5}
+   or six"); a hedge word, "?" or relation there is a hedge ("\\boxed{5}, no wait",
+   rlvr.rewards.math_extraction_guard).
 A box inside a box is one more answer (`shown_answers`): `\\boxed{\\text{6 } \\boxed{5}}` states
 `\\text{6 } 5` and 5, a hedge; `\\boxed{\\boxed{5}}` states 5 twice. Each answer is then
 cleaned: whitespace collapsed; markdown bold, one final `.`, `,` or `;` (not an ellipsis) and
@@ -24,9 +29,11 @@ cleaned: whitespace collapsed; markdown bold, one final `.`, `,` or `;` (not an 
 An answer that still holds math delimiters (the Minerva line "The final answer is $\\frac{14}{3}$.
 I hope it is correct.", `\\boxed{The answer is $\\frac13.$}`) is read as its math spans: each
 span is an answer, so one span is the answer and two different spans are two answers; the words
-around the spans are dropped, but words around them that hold a digit or a LaTeX command
-(`$5$ or 6`) make the answer unreadable, as do delimiters that do not pair up. Math mode closed
-and reopened around "and"/"or" alone (`\\boxed{12 $ and $13}`) is the list `12 \\text{ and } 13`.
+around the spans are read only when they are neutral (a lead-in such as "the final answer is",
+"and"/"or" between spans, closing words and units after them: math_extraction_guard), so
+`not $5$`, `$5$?` and `$5$ or 6` are unreadable, as are delimiters that do not pair up. Math
+mode closed and reopened around "and"/"or" alone (`\\boxed{12 $ and $13}`) is the list
+`12 \\text{ and } 13`.
 All answers found must match the gold, so hedging (`\\boxed{1} or \\boxed{2}`) scores 0 while
 repeating one answer scores like saying it once. No answer, an empty answer, more than
 `max_answers` distinct answers, an answer longer than `max_answer_chars`, or one with a non-ASCII
@@ -39,12 +46,20 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from rlvr.rewards.math_notation import closing_brace, map_relations, read_bases, read_notation
+from rlvr.rewards.math_extraction_guard import fold, lead_in_hedge, neutral_pieces, tail_reading
+from rlvr.rewards.math_notation import map_relations, read_bases, read_notation
 
 # Greedy `(.+)$`, not a lazy group before `[ \t]*$`: a lazy one is quadratic on a long line.
 DEFAULT_ANSWER_PATTERN = r"(?im)^[ \t]*(?:\*\*)?(?:final[ \t]+)?answer(?:\*\*)?[ \t]*:(.+)$"
 NO_ANSWER = "no final answer"
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+# Inside a box: a box command, a backslash before one (`\\\\boxed` is still read as a box), an
+# escape (`\\{` is no brace), a brace.
+_BOX_SCAN = re.compile(
+    r"\\(?:boxed|fbox)(?![A-Za-z])|\\(?=\\(?:boxed|fbox)(?![A-Za-z]))|\\.|[{}]", re.DOTALL
+)
+_SPACE = re.compile(r"\s*")
+MAX_BOX_DEPTH = 8
 _BOX_TOKEN = re.compile(r"[^\s$]*")
 _NESTED_BOX_TOKEN = re.compile(r"[^\s${}]*")
 _DELIMITER = re.compile(r"(?<!\\)\$\$|(?<!\\)\$|\\[()\[\]]")
@@ -54,7 +69,8 @@ _FINAL_PUNCTUATION = re.compile(r"\s*[.,;]$")
 _CONNECTOR = re.compile(r"\s*(and|or)\s*")
 _DOLLAR_CONNECTOR = re.compile(r"(?<!\\)\$\s*(and|or)\s*(?<!\\)\$")
 _RESTATED = re.compile(
-    r"(?i)(?:\banswers?\b(?:\*\*)?\s*(?:is|was|will be|would be|should be|must be|=|:)(?:\*\*)?"
+    r"(?i)(?:\b(?:answers?|values?|results?|solutions?)\b(?:\*\*)?\s*"
+    r"(?:is|was|will be|would be|should be|must be|=|:)(?:\*\*)?"
     r"|(?<![A-Za-z])(?:or|maybe|possibly|perhaps|alternatively|otherwise)(?![A-Za-z]))\s*"
     r"(?:(?:actually|really|therefore|thus|then|now|instead|rather|probably|likely|clearly|maybe"
     r"|perhaps|possibly|definitely|surely|still|also|in fact)\b[\s,]*)*"
@@ -74,27 +90,51 @@ class Extraction:
     problem: str = ""
 
 
+def box_frames(text: str) -> list[tuple[int, int, int, int, int]] | None:
+    """Every `\\boxed`/`\\fbox` of `text` at any depth, in the order they start: (start, content
+    start, content end, end, index of the enclosing box or -1); None if one is not closed.
+
+    One pass: outside boxes a regex jumps to the next box command, inside them a brace stack
+    follows `{`, `}` and escapes, so the cost is linear in the text however the boxes nest (a
+    search for each box's closing brace was quadratic on `\\fbox{` repeated). `\\boxed 5` (no
+    braces) takes the run of non-space characters after it, up to a brace inside a box."""
+    frames: list[list[int]] = []
+    braces: list[int] = []  # inside boxes: for each open `{`, the box it opens or -1
+    open_boxes: list[int] = []
+    pos = 0
+    while True:
+        m = (_BOX_SCAN if open_boxes else _BOX).search(text, pos)
+        if m is None:
+            break
+        pos, token = m.end(), m.group()
+        if token == "{":
+            braces.append(-1)
+        elif token == "}":
+            if braces and (k := braces.pop()) >= 0:
+                frames[k][2:4] = [m.start(), m.end()]
+                open_boxes.pop()
+        elif len(token) > 2:  # a box command
+            parent = open_boxes[-1] if open_boxes else -1
+            i = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+            if text.startswith("{", i):
+                frames.append([m.start(), i + 1, -1, -1, parent])
+                braces.append(len(frames) - 1)
+                open_boxes.append(len(frames) - 1)
+                pos = i + 1
+            else:
+                run = (_NESTED_BOX_TOKEN if open_boxes else _BOX_TOKEN).match(text, i)
+                pos = run.end()  # type: ignore[union-attr]
+                frames.append([m.start(), i, pos, pos, parent])
+    if open_boxes:
+        return None
+    return [tuple(f) for f in frames]  # type: ignore[misc]
+
+
 def box_spans(text: str) -> list[tuple[int, int, int, int]] | None:
     """(start, content start, content end, end) of every top-level `\\boxed`/`\\fbox` in `text`;
     None if one is not closed. `\\boxed 5` (no braces) takes the run of non-space characters."""
-    out, end = [], 0
-    for m in _BOX.finditer(text):
-        if m.start() < end:  # a box nested in the previous one is part of its content
-            continue
-        i = m.end()
-        while i < len(text) and text[i] in " \t":
-            i += 1
-        if i < len(text) and text[i] == "{":
-            close = closing_brace(text, i)
-            if close < 0:
-                return None
-            out.append((m.start(), i + 1, close, close + 1))
-            end = close + 1
-        else:
-            token = _BOX_TOKEN.match(text, i).group(0)  # type: ignore[union-attr]
-            end = i + len(token)
-            out.append((m.start(), i, end, end))
-    return out
+    frames = box_frames(text)
+    return None if frames is None else [f[:4] for f in frames if f[4] < 0]
 
 
 def boxed_contents(text: str) -> list[str] | None:
@@ -107,39 +147,35 @@ def shown_answers(answer: str) -> list[str] | None:
     """A raw answer as it is shown, with the frame of every box inside it removed, then what
     each of those boxes shows, at any depth: `\\text{6 } \\boxed{5}` -> [`\\text{6 } 5`, `5`].
     Nested boxes are several answers (a box inside a box states its content again), so hedging
-    by nesting scores 0 and `\\boxed{\\boxed{5}}` is 5 said twice. None for an unclosed box.
-    Iterative, so a deep nest costs no recursion; the caller bounds the answer's length."""
-    frames = []  # (start, content start, content end, end) of every box, at any depth
-    for m in _BOX.finditer(answer):
-        i = m.end()
-        while i < len(answer) and answer[i] in " \t":
-            i += 1
-        if answer.startswith("{", i):
-            close = closing_brace(answer, i)
-            if close < 0:
-                return None
-            frames.append((m.start(), i + 1, close, close + 1))
-        else:  # `\boxed 5`: inside a group the token ends at a brace
-            token = _NESTED_BOX_TOKEN.match(answer, i).group(0)  # type: ignore[union-attr]
-            frames.append((m.start(), i, i + len(token), i + len(token)))
+    by nesting scores 0 and `\\boxed{\\boxed{5}}` is 5 said twice. None for an unclosed box or
+    boxes nested deeper than MAX_BOX_DEPTH (no answer nests so; the bound keeps this linear)."""
+    frames = box_frames(answer)
+    if frames is None:
+        return None
     if not frames:
         return [answer]
+    depth: list[int] = []
+    for f in frames:
+        depth.append(depth[f[4]] + 1 if f[4] >= 0 else 1)
+        if depth[-1] > MAX_BOX_DEPTH:
+            return None
 
-    def shown(lo: int, hi: int) -> str:
-        cut = sorted(
-            (a, b)
-            for start, c_lo, c_hi, end in frames
-            if lo <= start and end <= hi
-            for a, b in ((start, c_lo), (c_hi, end))
-        )
+    def shown(lo: int, hi: int, first: int) -> str:
+        cut = []  # the frames of the boxes inside [lo, hi): the frames after `first` in order
+        for start, c_lo, c_hi, end, _ in frames[first:]:
+            if start >= hi:
+                break
+            cut += [(start, c_lo), (c_hi, end)]
         out, pos = [], lo
-        for a, b in cut:
+        for a, b in sorted(cut):
             out.append(answer[pos:a])
             pos = b
         out.append(answer[pos:hi])
         return "".join(out)
 
-    return [shown(0, len(answer))] + [shown(c_lo, c_hi) for _, c_lo, c_hi, _ in frames]
+    return [shown(0, len(answer), 0)] + [
+        shown(c_lo, c_hi, k + 1) for k, (_, c_lo, c_hi, _, _) in enumerate(frames)
+    ]
 
 
 def answer_tags(text: str) -> list[str] | None:
@@ -163,11 +199,12 @@ def answer_tags(text: str) -> list[str] | None:
 
 def minerva_answers(text: str) -> list[str]:
     """X of every line of `text` that closes with Minerva's "The final answer is X. I hope it is
-    correct." (case-insensitive; the last "final answer is" before the closing words). str.rfind
-    per line, linear in the text."""
+    correct." (ASCII case-insensitive; the last "final answer is" before the closing words).
+    str.rfind per line, linear in the text; `fold` keeps the offsets (`str.lower` does not: `İ`
+    becomes two characters)."""
     out = []
     for line in text.splitlines():
-        low = line.lower()
+        low = fold(line)
         hope = low.rfind(MINERVA_CLOSE)
         start = low.rfind(MINERVA_OPEN, 0, hope) if hope > 0 else -1
         if start >= 0:
@@ -194,25 +231,34 @@ def strip_final_punctuation(s: str) -> str:
 
 def clean_answer(answer: str) -> str:
     """Whitespace collapsed; markdown bold, one final punctuation mark, $...$ / \\(...\\) and a
-    box around the whole answer removed."""
-    s = re.sub(r"\s+", " ", answer).strip()
-    s = strip_final_punctuation(s.removeprefix("**").removesuffix("**").strip())
-    found = math_spans(s)
-    if found and len(found[0]) == 1 and not found[1].strip():  # "$...$", not "$5$ or $6$"
-        s = strip_final_punctuation(found[0][0].strip())
-    inner_boxes = boxed_contents(s)
-    if (
-        inner_boxes
-        and len(inner_boxes) == 1
-        and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", s, re.DOTALL)
-    ):
-        return clean_answer(inner_boxes[0])
-    return s
+    box around the whole answer removed (a loop: a nest of boxes costs no recursion)."""
+    s = answer
+    while True:
+        s = re.sub(r"\s+", " ", s).strip()
+        s = strip_final_punctuation(s.removeprefix("**").removesuffix("**").strip())
+        found = math_spans(s)
+        if found and len(found[0]) == 1 and not found[1].strip():  # "$...$", not "$5$ or $6$"
+            s = strip_final_punctuation(found[0][0].strip())
+        inner_boxes = boxed_contents(s)
+        if not (
+            inner_boxes
+            and len(inner_boxes) == 1
+            and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", s, re.DOTALL)
+        ):
+            return s
+        s = inner_boxes[0]
 
 
 def math_spans(text: str) -> tuple[list[str], str] | None:
     """(contents of the `$...$`, `$$...$$`, `\\(...\\)`, `\\[...\\]` spans of `text`, the text
     outside them); None when the delimiters do not pair up (no nesting, no mixing)."""
+    found = span_pieces(text)
+    return None if found is None else (found[0], " ".join(found[1]))
+
+
+def span_pieces(text: str) -> tuple[list[str], list[str]] | None:
+    """(the math spans of `text`, the texts before, between and after them: one more than the
+    spans); None when the delimiters do not pair up."""
     spans, outside, pos = [], [], 0
     delimiters = list(_DELIMITER.finditer(text))
     for k in range(0, len(delimiters), 2):
@@ -225,37 +271,43 @@ def math_spans(text: str) -> tuple[list[str], str] | None:
         spans.append(text[opening.end() : closing.start()])
         pos = closing.end()
     outside.append(text[pos:])
-    return spans, " ".join(outside)
+    return spans, outside
 
 
 def read_answers(raw: list[str], max_answers: int, max_answer_chars: int) -> Extraction:
     """Clean the raw answers found (boxes, tags, lines), read the math spans of those that hold
-    some, and check the limits; the rules are in the module docstring."""
+    some, and check the limits; the rules are in the module docstring. One raw answer at a time,
+    stopping at more than `max_answers` different answers: 50,000 boxes are not all read."""
     if not raw:
         return Extraction(problem=NO_ANSWER)
-    # Length first: cleaning recurses into nested boxes, so only bounded text reaches it.
+    # Length first: only bounded text reaches the cleaning.
     if any(len(a) > max_answer_chars for a in raw):
         return Extraction(problem=f"answer longer than {max_answer_chars} characters")
-    expanded: list[str] = []
-    for a in dict.fromkeys(raw):
-        shown = shown_answers(a)
-        if shown is None:
-            return Extraction((a,), "unclosed \\boxed")
-        expanded.extend(shown)
     answers: dict[str, None] = {}  # distinct, in order
-    for a in map(clean_answer, dict.fromkeys(expanded)):
-        found = math_spans(a)
-        if found is None:
-            return Extraction((a,), "unbalanced math delimiters in one answer")
-        spans, outside = found
-        if spans and _MATH_OUTSIDE.search(outside) and all(map(_CONNECTOR.fullmatch, spans)):
-            # "12 $ and $13": math mode closed and reopened around a connector: one list
-            a, spans = _DOLLAR_CONNECTOR.sub(r" \\text{ \1 } ", a), []
-        if spans and _MATH_OUTSIDE.search(outside):  # "$5$ or 6", "$x$ is 34"
-            return Extraction((a,), "several expressions in one answer")
-        answers.update(dict.fromkeys(map(clean_answer, spans) if spans else [a]))
-        if len(answers) > max_answers:  # 50,000 boxes are not all read
-            break
+    seen: set[str] = set()
+    for raw_answer in dict.fromkeys(raw):
+        shown = shown_answers(raw_answer)
+        if shown is None:
+            return Extraction((raw_answer,), "unclosed or too deeply nested \\boxed")
+        for a in map(clean_answer, dict.fromkeys(shown)):
+            if a in seen:
+                continue
+            seen.add(a)
+            found = span_pieces(a)
+            if found is None:
+                return Extraction((a,), "unbalanced math delimiters in one answer")
+            spans, pieces = found
+            outside = " ".join(pieces)
+            if spans and _MATH_OUTSIDE.search(outside) and all(map(_CONNECTOR.fullmatch, spans)):
+                # "12 $ and $13": math mode closed and reopened around a connector: one list
+                a, spans = _DOLLAR_CONNECTOR.sub(r" \\text{ \1 } ", a), []
+            if spans and _MATH_OUTSIDE.search(outside):  # "$5$ or 6", "$x$ is 34"
+                return Extraction((a,), "several expressions in one answer")
+            if spans and not neutral_pieces(pieces):  # "not $5$", "$5$ is wrong", "$5$?"
+                return Extraction((a,), "words around the answer that are not neutral")
+            answers.update(dict.fromkeys(map(clean_answer, spans) if spans else [a]))
+            if len(answers) > max_answers:
+                return checked_answers(list(answers), max_answers)
     return checked_answers(list(answers), max_answers)
 
 
@@ -296,21 +348,25 @@ def extract_answers(
     if tags is None:
         return Extraction(problem="unbalanced <answer> tags")
     for content in tags:
-        boxes = boxed_contents(content)
-        if boxes is None:
+        spans = box_spans(content)
+        if spans is None:
             return Extraction(problem="unclosed \\boxed")
-        raw.extend(boxes if boxes else [content])
+        if hedge := _lead_in_problem(content, spans):
+            return Extraction(problem=hedge)
+        raw.extend([content[lo:hi] for _, lo, hi, _ in spans] if spans else [content])
     if tags:
         ends.append(region.rfind(TAG_CLOSE) + len(TAG_CLOSE))
     outside = _outside_tags(region) if tags else region
     if minerva := minerva_answers(outside):
         raw.extend(minerva)
-        ends.append(region.lower().rfind(MINERVA_CLOSE) + len(MINERVA_CLOSE))
-    elif (boxes := boxed_contents(outside)) is None:
+        ends.append(fold(region).rfind(MINERVA_CLOSE) + len(MINERVA_CLOSE))
+    elif (spans := box_spans(outside)) is None:
         return Extraction(problem="unclosed \\boxed")
     else:
-        raw.extend(boxes)
-        if spans := box_spans(region):
+        if hedge := _lead_in_problem(outside, spans):
+            return Extraction(problem=hedge)
+        raw.extend(outside[lo:hi] for _, lo, hi, _ in spans)
+        if spans := spans if outside is region else box_spans(region):
             ends.append(spans[-1][3])
     if not raw and not tags and answer_pattern:
         lines = list(re.finditer(answer_pattern, region))
@@ -320,8 +376,40 @@ def extract_answers(
         after = region[max(ends) :]
         if minerva:  # a box after the last Minerva line is no intermediate result
             raw.extend(boxed_contents(after) or [])
-        raw.extend(restated_answers(after, max_answers, max_answer_chars))
+        if hedge := read_after(after, raw, max_answers, max_answer_chars):
+            return Extraction(read_answers(raw, max_answers, max_answer_chars).answers, hedge)
     return read_answers(raw, max_answers, max_answer_chars)
+
+
+def read_after(after: str, raw: list[str], max_answers: int, max_answer_chars: int) -> str:
+    """Add to `raw` the answers that `after` (the text after the final answer) states again:
+    restatements ("the answer is $(1, 2)$") and every number (rlvr.rewards.math_extraction_guard);
+    the hedge found there, or ''."""
+    raw.extend(restated_answers(after, max_answers, max_answer_chars))
+    values, hedge = tail_reading(after, max_answers)
+    raw.extend(values)
+    return hedge
+
+
+_CLAUSE_START = re.compile(r"[,;:.!?\n][^,;:.!?\n]*\Z")
+_LIST_CONNECTOR = re.compile(r"\s*(?:or|and)\s*\Z", re.IGNORECASE)
+
+
+def _lead_in_problem(text: str, spans: list[tuple[int, int, int, int]]) -> str:
+    """A negation or qualifier in the clause before a box (`not \\boxed{5}`, `probably
+    \\boxed{5}`), as a problem, or ''. The clause starts after the last `,;:.!?` or newline (at
+    most 100 characters back) or at the previous box, after which "or"/"and" alone are list
+    connectors (`\\boxed{1} or \\boxed{2}`: two answers, each compared)."""
+    prev = 0
+    for start, _, _, end in spans:
+        lo = max(prev, start - 100)
+        m = _CLAUSE_START.search(text, lo, start)
+        clause = text[m.start() + 1 if m else lo : start]
+        if not (prev and not m and lo == prev and _LIST_CONNECTOR.fullmatch(clause)):
+            if hedge := lead_in_hedge(clause):
+                return f"hedge before the answer: {hedge!r}"
+        prev = end
+    return ""
 
 
 def restated_answers(text: str, max_answers: int, max_answer_chars: int) -> list[str]:

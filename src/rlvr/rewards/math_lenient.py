@@ -19,10 +19,15 @@ and plain numbers or expressions): patterns are tried by priority ("final answer
 within the first priority that matches, the match ending last (then starting first) is the answer.
 Hedging still scores 0: every math span of that match is an answer (math-verify itself joins
 `$a$, $b$ and $c$` into one match), and so is every plain expression joined to it by "and",
-"or" or a comma alone (`5 or 6` is two answers); several Minerva lines or answer lines are
-several answers. What rlvr changes: the match's raw text, not math-verify's parse of it, is the
-answer, read like a strict answer (cleaning, limits, exact numbers, "1,22" a pair). math-verify's
-plain-expression parser (sympy's `parse_expr`, which evaluates Python) is never called.
+"or" (also "o", "oder", "ou", ...) or a comma alone (`5 or 6` is two answers); several Minerva
+lines or answer lines are several answers. A hedge around the chosen answer scores 0
+(`hedged_in_prose`): a negation, qualifier or "or" among the words right before it ("not 5", "no
+less than 5", "either 5 or 6", "nicht $5$"), a hedge word in the rest of its sentence ("5 give or
+take", "5 (approx.)"), a sign ("~5", "5+", "5-ish", "5?"), and second thoughts in the sentence
+after it ("5. Hmm, maybe 6"). What rlvr changes: the match's raw text, not math-verify's parse
+of it, is the answer, read like a strict answer (cleaning, limits, exact numbers, "1,22" a
+pair). math-verify's plain-expression parser (sympy's `parse_expr`, which evaluates Python)
+is never called.
 
 All of this runs in the verifier's worker process, inside one time limit with the comparison:
 the regexes scan model text of any length and not all of them run in linear time.
@@ -40,8 +45,15 @@ from rlvr.rewards.math_answer import (
     Extraction,
     checked_answers,
     extract_answers,
+    read_after,
     read_answers,
-    restated_answers,
+)
+from rlvr.rewards.math_extraction_guard import (
+    HEDGES,
+    PROSE_LEAD_HEDGES,
+    lead_in_hedge,
+    scanned,
+    tail_reading,
 )
 
 # Between two values: list connectors, and hedges ("5 (or 6)", "5, though 6", "5 \\approx 6").
@@ -49,6 +61,8 @@ _HEDGE = (
     r"or|and|either|nor|though|although|but|however|possibly|maybe|perhaps|probably|also"
     r"|alternatively|otherwise|else|instead|approximately|approx|about|around|roughly|nearly"
     r"|almost|vs|versus|to|through"
+    # "or" in other languages: "5 o 6", "5 oder 6", "5 ou 6"
+    r"|o|u|oder|ou|oppure|или|либо|lub|albo|eller|veya|sau|nebo|vagy|或|或者|还是|または|또는"
 )
 _RELATION = r"\\(?:approx|sim|simeq|cong|equiv|propto|ll|gg)(?![A-Za-z])|[≈≃≅∼≡∝~]"
 _CONNECTOR = re.compile(
@@ -173,10 +187,10 @@ def lenient_answers(
         return strict
     found = list(re.finditer(answer_pattern, region)) if answer_pattern else []
     if not found:
-        spans = extracted_spans(region)
-        return read_answers([a for _, _, a in spans], max_answers, max_answer_chars)
+        return _read_prose(region, max_answers, max_answer_chars)
     lines = [m.group(1) for m in found]  # and what is restated after the last ("Actually 6")
-    lines += restated_answers(region[found[-1].end() :], max_answers, max_answer_chars)
+    if hedge := read_after(region[found[-1].end() :], lines, max_answers, max_answer_chars):
+        return Extraction(problem=hedge)
     answers: dict[str, None] = {}  # distinct, in order
     for line in lines:
         found = _read_line(line, max_answers, max_answer_chars)
@@ -188,6 +202,52 @@ def lenient_answers(
     return checked_answers(list(answers), max_answers)
 
 
+def _read_prose(text: str, max_answers: int, max_answer_chars: int) -> Extraction:
+    """math-verify's extraction from `text`, with the words around the answer read: a hedge in
+    its sentence or in the sentence after it scores 0 (`hedged_in_prose`)."""
+    spans = extracted_spans(text)
+    answers = [a for _, _, a in spans]
+    if spans and (hedge := hedged_in_prose(text, spans[0][0], spans[-1][1])):
+        return Extraction(tuple(answers), hedge)
+    return read_answers(answers, max_answers, max_answer_chars)
+
+
+_SENTENCE_REST = re.compile(r"[^.!?\n]*(?:[.!?\n](?![0-9])|\Z)")
+_WORD_TOKEN = re.compile(r"(?<![\\\w])[^\W\d_]+")
+_SIGN_BEFORE = re.compile(
+    r"(?:[~≈≃≅∼<>≤≥±]|\\(?:approx|sim|simeq|lt|gt|le|leq|ge|geq|pm)(?![A-Za-z]))"
+    r"\s*(?:\$|\\\(|\\\[)?\s*\Z"
+    r"|[-+]\s*(?:\$|\\\(|\\\[)\s*\Z"  # "-$5$": a sign outside the math
+)
+_SIGN_AFTER = re.compile(r"\s*(?:\$|\\\)|\\\])?\s*(?:\+|-\s*ish|~|\?)")
+_REJECTED = re.compile(r"\s*(?:\$|\\\)|\\\])?\s*,\s*not\s+\$?[-+]?\d[\d.,]*\$?")  # "5, not 6"
+
+
+def hedged_in_prose(text: str, lo: int, hi: int) -> str:
+    """The hedge around the answer at text[lo:hi] in prose, or '': a negation, qualifier, doubt
+    word or "or" (any of several languages) among the words right before it ("The answer is not
+    5", "no less than 5", "either 5 or 6") or in the rest of its sentence ("5 give or take", "5
+    (approx.)", "5-ish"), a sign before or after it ("~5", "5+", "5?"), and the hedges after
+    the final answer that the strict reading refuses ("5. Hmm, maybe 6"). ", not 6" right after
+    it rejects a value; "not 10 which is 7" rejects 10 and states 7."""
+    start = max(0, lo - 100)
+    if _SIGN_BEFORE.search(text, start, lo):
+        return "a sign before the answer"
+    if hedge := lead_in_hedge(text[start:lo], PROSE_LEAD_HEDGES):
+        return f"hedge before the answer: {hedge!r}"
+    after_end = min(len(text), hi + 400)
+    rest = hi
+    if rejected := _REJECTED.match(text, hi, after_end):
+        rest = rejected.end()
+    if _SIGN_AFTER.match(text, hi, after_end):
+        return "a sign after the answer"
+    after = _SENTENCE_REST.match(text, rest, after_end)
+    for word in _WORD_TOKEN.findall(scanned(after.group() if after else "")):
+        if word.lower() in HEDGES:
+            return f"hedge after the answer: {word!r}"
+    return tail_reading(text[after.end() if after else rest :], 0)[1]
+
+
 def _read_line(line: str, max_answers: int, max_answer_chars: int) -> Extraction:
     """An answer line: the strict reading when that is math (`Answer: 2^{10}`), else
     math-verify's extraction from it (`Answer: the value is 7`, `The largest $n$ is 34`), else
@@ -195,8 +255,8 @@ def _read_line(line: str, max_answers: int, max_answer_chars: int) -> Extraction
     strict = read_answers([line], max_answers, max_answer_chars)
     if len(line) > max_answer_chars or not strict.problem and all(map(_is_math, strict.answers)):
         return strict
-    if spans := extracted_spans(line):
-        return read_answers([a for _, _, a in spans], max_answers, max_answer_chars)
+    if extracted_spans(line):
+        return _read_prose(line, max_answers, max_answer_chars)
     return strict
 
 

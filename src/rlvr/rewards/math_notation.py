@@ -10,11 +10,16 @@ rule here either rewrites the notation to what it says or declares the answer un
 - Text groups (`\\text{}`, `\\textbf{}`, `\\mbox{}`, `\\mathrm{}` and the other text fonts):
   a group that names another value, by a digit or a word such as "or", "maybe", "also", "about",
   "half", "six", or that asks ("?"), is a hedge: unreadable. A group that is only "and" or "or"
-  between two values is a list separator (`12 \\text{ and } 13` is the list 12, 13). Other words
-  are units where they end the answer (`5 \\text{ cm}^2`, `5\\,\\text{m}/\\text{s}` read 5) and
-  a label where they start it before `=` (`\\text{Area} = 5`); anywhere else, text between math
-  is unreadable. An answer that is only text (`\\text{Monday}`, `(\\text{C})`) is left as it is.
+  between two values is a list separator (`12 \\text{ and } 13` is the list 12, 13). Known
+  words (rlvr.rewards.math_value_units, and the gold's own words) are units where they end the
+  answer (`5 \\text{ cm}^2`, `5\\,\\text{m}/\\text{s}` read 5) and a label where they start it
+  before `=` (`\\text{Area} = 5`); any other word (`5\\text{k}`, `5 \\text{ millones}`,
+  `5\\text{-ish}`) and text between math is unreadable. An answer that is only text
+  (`\\text{Monday}`, `(\\text{C})`) is left as it is.
   A math-font letter (`\\mathrm{e}`, `\\mathbf{i}`) is that letter, not a unit.
+- Plain words after a bare number and a space are units on the same terms (`5 cm`, `12 apples`
+  read 5, 12; `5 thousand`, `5 increase` are unreadable); elsewhere letters are variables (`2c`
+  is 2c: math-verify's own unit stripping, which read `2c` as 2, is turned off by the verifier).
 - The same hedge words written without `\\text{}` (`5 maybe`, `at least 5`) are a hedge too, and
   a non-ASCII symbol math-verify's grammar does not know (`x ≒ 5` reads 5) is unreadable; only
   letters, spaces, currency signs and the symbols mapped to LaTeX (`π`, `≤`, `≈`, `²`, `°`) pass.
@@ -28,16 +33,24 @@ rule here either rewrites the notation to what it says or declares the answer un
   `numeral_bases` tells which bases an answer is written in: the verifier requires the gold's.
 - Relations other than equality that math-verify cannot compare (`\\approx`, `\\sim`, `\\equiv`,
   `\\cong`, `\\propto`, `\\ll`, `\\not`, `:=`, arrows, ...; the Unicode `≈ ≅ ≡ ∼ ∝`) are named by
-  `loose_relations`: the verifier accepts one only where the gold itself holds it.
+  `loose_relations`, with the logical connectives (`\\lor`, `\\land`, `\\neg`, `\\forall`, ...)
+  and ellipses (`\\ldots`, `\\cdots`), which math-verify drops (`x = 3 \\lor x = 4` read 4):
+  the verifier accepts one only where the gold holds the same ones, compared side by side
+  (`relation_pieces`).
 
 Regexes and string scans in linear time; nothing here parses or evaluates the answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import unicodedata
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from fractions import Fraction
+
+from rlvr.rewards.math_value_units import known_word
 
 _TEXT_COMMAND = re.compile(
     r"\\(?:text(?:bf|it|rm|sf|tt|normal|up|md|sl|sc)?|emph|mbox|hbox"
@@ -77,6 +90,7 @@ _MATH = re.compile(r"\d|\\[A-Za-z]")
 _PLAIN_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
 _SPACING = re.compile(r"\\[ ,;:!>]|~|\\(?:quad|qquad|enspace|thinspace|medspace)(?![A-Za-z])")
 _ESCAPED = re.compile(r"\\[$&%#_{}]")
+_DEGREE = re.compile(r"\^\s*(?:\{\s*\\circ\s*\}|\\circ(?![A-Za-z]))")  # `\text{°C}`, mapped
 _UNIT_POWER = re.compile(r"(?<=[A-Za-z])\^\s*(?:\{\s*-?\s*\d+\s*\}|-?\d)")  # `\text{m^2}`
 # What may follow a unit: more units, powers, `/`, `\cdot`, spaces, degrees.
 _UNIT_GLUE = re.compile(
@@ -85,6 +99,14 @@ _UNIT_GLUE = re.compile(
 )
 _VALUE = re.compile(r"[A-Za-z0-9]|\\(?!left|right|[bB]igg?[lr]?)[A-Za-z]")
 _TRAILING_SPACE = re.compile(r"(?:\s|\\[ ,;:!]|~)+$")
+_LETTER_RUN = re.compile(r"[^\W\d_]+")  # any script: `más`, `или`, `μm`
+_UNIT_PUNCTUATION = frozenset(" ./-()'°,")
+# Before plain unit words: math with no plain letter (an assigned `x =` aside): `3\sqrt{2} cm`.
+_ASSIGNED = re.compile(r"\s*[A-Za-z]\s*=")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_UNIT_RUN_CHARS = frozenset(" .'/-")
+# The words of the gold itself, known as units and labels while its answers are read.
+_GOLD_WORDS: ContextVar[frozenset[str]] = ContextVar("gold_words", default=frozenset())
 
 _DIGITS = r"\d[0-9A-Z]*(?:\.[0-9A-Z]+)?"
 _NUMERAL = re.compile(
@@ -100,7 +122,9 @@ _LOOSE_RELATION = re.compile(
     r"|lessapprox|gtrapprox|lll|ggg|ll|gg|prec|succ|preceq|succeq|precsim|succsim|models|vdash"
     r"|dashv|coloneqq|coloneq|eqqcolon|Coloneqq|not|nless|ngtr|nleq|ngeq|nleqslant|ngeqslant"
     r"|mid|nmid|parallel|nparallel|perp|to|rightarrow|longrightarrow|Rightarrow|Longrightarrow"
-    r"|implies|impliedby|iff|Leftrightarrow|leftrightarrow|Leftarrow|leftarrow|gets|mapsto)"
+    r"|implies|impliedby|iff|Leftrightarrow|leftrightarrow|Leftarrow|leftarrow|gets|mapsto"
+    r"|lor|vee|land|wedge|lnot|neg|veebar|barwedge|oplus|therefore|because|forall|exists"
+    r"|nexists|ldots|dots|cdots|dotsc|dotsb|dotsm|dotsi|dotso|vdots|ddots|iddots)"
     r"(?![A-Za-z])|(:=|=:)"
 )
 # Unicode relations become the commands above (≤ ≥ ≠ are mapped by normalize as order
@@ -171,6 +195,27 @@ def loose_relations(s: str) -> frozenset[str]:
     return frozenset(m.group(1) or m.group(2) for m in _LOOSE_RELATION.finditer(s))
 
 
+def relation_pieces(text: str) -> tuple[list[str], list[str]]:
+    """(the pieces between the relations at brace depth 0, those relations) of `text`; the
+    relations are the ones loose_relations names."""
+    pieces, relations, pos, depth, scanned = [], [], 0, 0, 0
+    for m in _LOOSE_RELATION.finditer(text):
+        depth += _depth_change(text, scanned, m.start())
+        scanned = m.start()
+        if depth == 0:
+            pieces.append(text[pos : m.start()].strip())
+            relations.append(m.group(1) or m.group(2))
+            pos = m.end()
+    pieces.append(text[pos:].strip())
+    return pieces, relations
+
+
+def _depth_change(text: str, lo: int, hi: int) -> int:
+    """Braces opened minus closed in `text[lo:hi]`, escaped braces (`\\{`) not counted."""
+    chunk = text[lo:hi].replace("\\{", "").replace("\\}", "")
+    return chunk.count("{") - chunk.count("}")
+
+
 def read_notation(s: str) -> str | None:
     """`s` with its text groups and base numerals read (rules in the module docstring); None
     when it is unreadable."""
@@ -189,7 +234,107 @@ def read_notation(s: str) -> str | None:
     outside = " ".join([*pieces, s[pos:]])
     if _unknown_symbol(outside) or _hedged(outside):
         return None
-    return read_bases(s)
+    s = drop_plain_unit(s.strip())
+    return None if s is None else read_bases(s)
+
+
+@contextlib.contextmanager
+def gold_words_known(words: Iterable[str]) -> Iterator[None]:
+    """Within the block, the (lower-case) `words` are known units and labels: the gold's own
+    words (`5 \\text{ widgets}` for a gold `5 widgets`); see rlvr.rewards.math_value_units."""
+    token = _GOLD_WORDS.set(frozenset(words))
+    try:
+        yield
+    finally:
+        _GOLD_WORDS.reset(token)
+
+
+def words_of(gold: str) -> frozenset[str]:
+    """The lower-case words a gold writes as words, which may be units or labels: those of its
+    text groups, of the prose around its math spans (`$125$ miles`) and the plain words that end
+    it (`300 K`, `5 widgets`); not its variables (`x \\le 5`), no hedge or value word."""
+    found = _math_spans_outside(gold)
+    parts = [found[1]] if found else []
+    for math in found[0] if found else [gold]:
+        parts.extend(content for _, _, content in _groups(math) or [])
+        start = _unit_run_start(math)
+        if _rstrip_spacing(math[:start]) != math[:start]:
+            parts.append(math[start:])
+    words = {w.lower() for part in parts for w in _LETTER_RUN.findall(part)}
+    return frozenset(words - HEDGE_WORDS - _VALUE_WORDS)
+
+
+def _math_spans_outside(text: str) -> tuple[list[str], str] | None:
+    """(the `$...$` spans of `text`, the prose outside them) where it has spans, else None."""
+    parts = re.split(r"(?<!\\)\$+", text)
+    if len(parts) < 3 or len(parts) % 2 == 0:
+        return None
+    return parts[1::2], " ".join(parts[0::2])
+
+
+def _known_text(content: str, label: bool = False) -> bool:
+    """Whether a text group is only known unit words (or, with `label`, label words) and the
+    punctuation units are written with; rlvr.rewards.math_value_units decides the words."""
+    read = _words(content)
+    if read is None:
+        return False
+    text = read[0]
+    rest = _LETTER_RUN.sub(" ", text)
+    if any(ch not in _UNIT_PUNCTUATION and unicodedata.category(ch) != "Sc" for ch in rest):
+        return False
+    extra = _GOLD_WORDS.get()
+    return all(known_word(w, extra, label=label) for w in _LETTER_RUN.findall(text))
+
+
+def drop_plain_unit(s: str) -> str | None:
+    """`5 cm`, `12 apples`, `3\\sqrt{2}\\, cm`, `x = \\frac{1}{2} hours`: math without plain
+    letters, a space and known unit words is that math; None where the words after it are no
+    known unit (`5 thousand`). Anywhere else plain letters are variables (`2c` is 2c, `x + 2 m`
+    is x + 2m, `5 m` and `5 o` are products): the verifier turns off math-verify's unit
+    stripping, which reads `2c` as 2 and `5 increase` as 5. Scans from the end, linear in `s`."""
+    start = _unit_run_start(s)
+    head, words = s[:start], s[start:]
+    stripped = _rstrip_spacing(head)
+    if not words or stripped == head:  # no space before the words
+        return s
+    assigned = _ASSIGNED.match(stripped)
+    math = stripped[assigned.end() :] if assigned else stripped
+    if not math or re.search(r"[A-Za-z]", _COMMAND.sub("", math)) or math[-1] in "+-*/=^_({[,\\":
+        return s  # letters are variables; after an operator the words are an operand
+    single = words.strip()
+    if len(single) == 1 and single.lower() not in _GOLD_WORDS.get():
+        return s  # `5 x`: a product, not a unit
+    return stripped if _known_text(words) else None
+
+
+def _unit_run_start(s: str) -> int:
+    """Where the run of plain words (letters, spaces, `.`, `'`, `/`, `-`) that ends `s` starts,
+    at a letter; a LaTeX command's name (`\\pi`) is no word."""
+    start = len(s)
+    while start > 0 and (s[start - 1].isalpha() or s[start - 1] in _UNIT_RUN_CHARS):
+        start -= 1
+    while True:
+        while start < len(s) and not s[start].isalpha():
+            start += 1
+        if start == 0 or s[start - 1] != "\\":
+            return start
+        while start < len(s) and s[start].isalpha():  # skip the command's name
+            start += 1
+
+
+def _rstrip_spacing(s: str) -> str:
+    """`s` without the spaces and LaTeX spacing (`\\,`, `\\ `, `~`, `\\quad`) it ends with.
+    Moves an index, so a long run of spacing costs its length, not its square."""
+    end = len(s)
+    while True:
+        while end > 0 and s[end - 1].isspace() and not s.endswith("\\ ", 0, end):
+            end -= 1
+        for spacing in ("\\,", "\\;", "\\:", "\\!", "\\ ", "~", "\\quad", "\\qquad"):
+            if s.endswith(spacing, 0, end) and not s.endswith("\\" + spacing, 0, end):
+                end -= len(spacing)
+                break
+        else:
+            return s[:end]
 
 
 def _unknown_symbol(outside: str) -> bool:
@@ -234,7 +379,7 @@ def _words(content: str) -> tuple[str, list[str]] | None:
     """(what a group holds besides its words, its words in lower case); None when it holds
     math or commands, which are no words to read."""
     c = _ESCAPED.sub(" ", _SPACING.sub(" ", content))
-    c = _UNIT_POWER.sub(" ", c).replace("{", " ").replace("}", " ")
+    c = _DEGREE.sub(" ° ", _UNIT_POWER.sub(" ", c)).replace("{", " ").replace("}", " ")
     if "\\" in c or "$" in c:
         return None
     return c, [w.lower() for w in _WORD.findall(c)]
@@ -297,6 +442,8 @@ def _text_groups(s: str) -> str | None:
     ):
         first -= 1
     if "words" in kinds[first:] and any(valued[: first + 1]):
+        if not all(_known_text(content) for _, _, content in groups[first:]):
+            return None  # `5 \text{ thousand}`, `5\text{-ish}`: no unit, unreadable
         s, groups = _TRAILING_SPACE.sub("", s[: groups[first][0]]), groups[:first]
     out, pos = [], 0
     for k, (start, end, _) in enumerate(groups):
@@ -308,6 +455,8 @@ def _text_groups(s: str) -> str | None:
                 return None  # "5 \text{ or}": a connector with one side is a hedge
             out.append(", ")
         elif k == 0 and not valued[0] and between[1].lstrip().startswith("="):
+            if not _known_text(groups[0][2], label=True):
+                return None  # `\text{falsch} = 5`: no label known
             out.append(s[start:end])  # a label: "\text{Area} = 5"
         else:
             return None  # text between math: "5 \text{ cm} + \frac{1}{2}"
@@ -376,3 +525,15 @@ def numeral_bases(s: str) -> frozenset[int]:
     """The bases other than 10 that the numerals of `s` are written in."""
     found = _base_matches(s) or []
     return frozenset(base for _, base in found if base != 10)
+
+
+def numeral_skeleton(s: str) -> str:
+    """`s` with each numeral that carries a base subscript (`12_3`, `(12)_3`, `5_{10}`) made
+    `#` and the spaces removed: `-12_3` -> `-#`, `5\\cdot 1_3` -> `5\\cdot#`. The verifier
+    compares the skeletons of an answer and a gold written in bases."""
+    out, pos = [], 0
+    for m, _ in _base_matches(s) or []:
+        out.extend([s[pos : m.start()], "#"])
+        pos = m.end()
+    out.append(s[pos:])
+    return re.sub(r"\s+", "", _SPACING.sub(" ", "".join(out)))
