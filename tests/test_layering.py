@@ -3,8 +3,9 @@
 Packages sit on floors, lowest first; a package may import itself and packages on strictly lower
 floors only (so packages on one floor do not import each other):
 
-    errors < algorithms < config < {rewards, observe} < {data, environments} < models
-      < rollout < distributed < training < pipeline < commands < cli < __main__
+    errors < {algorithms, isolation, plugins} < config < {rewards, observe}
+      < {data, environments} < models < rollout < distributed < training < pipeline
+      < commands < cli < __main__
 
 A top-level module (`errors.py`, `cli.py`, `__main__.py`) is its own package;
 `rlvr/__init__.py` imports nothing from rlvr but `errors`. Every `import` and `from ... import`
@@ -15,7 +16,8 @@ verifier specs) are not imports.
 Also checked: no cycle in the module import graph (an import of `rlvr.a.b` is an edge to module
 `rlvr.a.b`, `from rlvr.a import b` to `rlvr.a.b` when that is a module, else to `rlvr.a`); no
 source file in src/ over 600 lines (`.py` and `.yaml`: the embedded models' weights and
-tokenizers are data); and `rewards/`, `environments/`, `config/` and `algorithms/names.py`
+tokenizers are data); and `isolation/`, `plugins.py`, `rewards/`, `environments/`, `config/` and
+`algorithms/names.py`
 never import torch, transformers or numpy, so a verifier or a config runs where none of them
 is installed.
 
@@ -228,7 +230,8 @@ def test_no_source_file_is_over_the_line_limit():
     assert not long, f"files over {MAX_LINES} lines (split them):\n  " + "\n  ".join(long)
 
 
-LIGHT = [m for m in MODULES if package_of(m) in ("rewards", "environments", "config")] + [
+LIGHT_PACKAGES = ("isolation", "plugins", "rewards", "environments", "config")
+LIGHT = [m for m in MODULES if package_of(m) in LIGHT_PACKAGES] + [
     "rlvr.algorithms.names",
 ]
 

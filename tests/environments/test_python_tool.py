@@ -34,8 +34,8 @@ import torch
 from rlvr.environments import FORMATS, StepResult, environment_factory, tool_format
 from rlvr.environments.python_tool import PythonTool
 from rlvr.errors import ConfigError
-from rlvr.rewards import sandbox as sandbox_module
-from rlvr.rewards.sandbox import Program, SandboxUnavailable
+from rlvr.isolation import sandbox as sandbox_module
+from rlvr.isolation.sandbox import Program, SandboxUnavailable
 from rlvr.rollout.multi_turn import MultiTurnEngine
 from rlvr.rollout.types import RolloutBatch, SamplingParams
 

@@ -31,7 +31,7 @@ import pytest
 
 from rlvr.environments import FORMATS
 from rlvr.environments.python_tool import describe, python_tool_settings
-from rlvr.rewards.sandbox import CaseResult
+from rlvr.isolation.sandbox import CaseResult
 
 SIZE = 1 << 20  # 1 MB turns
 BOUND_S = 0.25  # a parse of a 1 MB turn, with room for a loaded 2-core machine

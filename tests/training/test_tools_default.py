@@ -12,7 +12,7 @@ import json
 import pytest
 
 from rlvr.cli import main
-from rlvr.rewards.sandbox import find_bwrap
+from rlvr.isolation.sandbox import find_bwrap
 
 
 @pytest.mark.slow

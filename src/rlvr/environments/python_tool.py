@@ -1,6 +1,6 @@
 """The built-in `python` tool: the model's code runs in the code verifier's sandbox.
 
-Each call is a fresh program in a fresh bubblewrap sandbox (rlvr.rewards.sandbox): no network,
+Each call is a fresh program in a fresh bubblewrap sandbox (rlvr.isolation.sandbox): no network,
 no view of the host's files (so neither the run directory, nor the sample's hidden tests or
 reference answer, which never leave this process), the standard library only, and per-call
 limits on wall time, CPU, memory, processes, file size and output. Nothing carries over
@@ -25,7 +25,7 @@ from typing import Any
 from rlvr.environments.base import StepResult
 from rlvr.environments.formats import ToolFormat, tool_format
 from rlvr.errors import ConfigError
-from rlvr.rewards.sandbox import (
+from rlvr.isolation.sandbox import (
     RUNNER_FILE,
     RUNNER_PATH,
     CaseResult,

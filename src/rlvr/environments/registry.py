@@ -9,8 +9,8 @@ from rlvr.environments.base import Environment
 from rlvr.environments.formats import tool_format
 from rlvr.environments.python_tool import PythonTool, python_tool_settings
 from rlvr.errors import ConfigError
-from rlvr.rewards.registry import load_attribute
-from rlvr.rewards.sandbox import SandboxUnavailable, find_bwrap
+from rlvr.isolation.sandbox import SandboxUnavailable, find_bwrap
+from rlvr.plugins import load_attribute
 
 
 def environment_factory(spec: str, **options: Any) -> Callable[[], Environment]:

@@ -40,9 +40,9 @@ from types import MappingProxyType
 from typing import Any
 
 from rlvr.errors import ConfigError, DataError
+from rlvr.isolation.sandbox import CaseResult, Program, Sandbox, SandboxLimits
 from rlvr.rewards.base import Score
 from rlvr.rewards.code_asserts import AssertTests, is_assert_form, parse_assert_tests, parse_verdict
-from rlvr.rewards.sandbox import CaseResult, Program, Sandbox, SandboxLimits
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ inequality/interval and a predicted interval/inequality are compared as sets; a 
 its elements in any order (even written as a tuple), a gold tuple or point needs the order.
 
 Time limits are enforced from outside: parsing and comparing run in a worker process that is
-SIGKILLed when it passes `timeout_s` and replaced (see rewards/workers.py). A pathological answer
+SIGKILLed when it passes `timeout_s` and replaced (see isolation/workers.py). A pathological answer
 (`5^{5^{5^{5^5}}}`, `(10^{100})!`) scores 0 after at most `timeout_s` plus the kill. In a
 VerifierPool the pool's worker is itself killed on timeout, so checks run inline there.
 Model text is never eval'ed or exec'ed: it only reaches regexes, a LaTeX grammar and sympy.
@@ -461,7 +461,7 @@ class MathVerifier:
             if self._inline is None:
                 self._inline = _checker_handler(self.float_rel_tol, self.lenient)
             return self._inline((answers, gold, region))
-        from rlvr.rewards.workers import (
+        from rlvr.isolation.workers import (
             WorkerCrashed,
             WorkerError,
             WorkerProcess,

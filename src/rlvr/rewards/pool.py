@@ -1,14 +1,14 @@
 """Score a batch of completions in N worker processes, each sample under a wall-clock limit.
 
 `VerifierPool(spec, workers, timeout_s)` resolves the verifier spec inside each worker
-(`WorkerProcess`, see workers.py: why processes, the start method, how children die with their
-parent) and hands samples to whichever worker is free. The policy for failing user code is the
-in-process one (rlvr.rewards.base): a sample whose verifier raises (anything but a ConfigError or
-KeyboardInterrupt, which the parent raises again: they stop the run), returns anything but a
-finite number (`checked_reward`, in the worker), crashes its worker or overruns `timeout_s` gets
-reward 0, a detail saying which, and is counted in `failures`; the worker is killed if needed
-and replaced. Each failure also comes back as a `Failure` record with the worker's traceback
-(`score_with_failures`).
+(`WorkerProcess`, see isolation/workers.py: why processes, the start method, how children die
+with their parent) and hands samples to whichever worker is free. The policy for failing user
+code is the in-process one (rlvr.rewards.base): a sample whose verifier raises (anything but a
+ConfigError or KeyboardInterrupt, which the parent raises again: they stop the run), returns
+anything but a finite number (`checked_reward`, in the worker), crashes its worker or overruns
+`timeout_s` gets reward 0, a detail saying which, and is counted in `failures`; the worker is
+killed if needed and replaced. Each failure also comes back as a `Failure` record with the
+worker's traceback (`score_with_failures`).
 
 A composite verifier ('math:1.0,format:0.1') also returns each component's unweighted reward, so
 the trainer logs reward/<name> with a pool as it does in-process.
@@ -26,6 +26,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rlvr.errors import ConfigError
+from rlvr.isolation.workers import (
+    DETAIL_MAX_CHARS,
+    WorkerCrashed,
+    WorkerError,
+    WorkerProcess,
+    WorkerSetupError,
+    mp_context,
+    short_error,
+)
 from rlvr.rewards.base import (
     Failure,
     Score,
@@ -36,15 +45,6 @@ from rlvr.rewards.base import (
     stops_the_run,
 )
 from rlvr.rewards.compose import CompositeVerifier, build_verifier
-from rlvr.rewards.workers import (
-    DETAIL_MAX_CHARS,
-    WorkerCrashed,
-    WorkerError,
-    WorkerProcess,
-    WorkerSetupError,
-    mp_context,
-    short_error,
-)
 
 
 class Reply(NamedTuple):

@@ -7,7 +7,7 @@ limit) means no answer.
 
 Time limit: matching a regex, or validating against a schema whose `pattern` keywords are
 regexes, can backtrack for hours on a crafted string inside one C call of `re`, which no
-signal interrupts. So the check runs in a `WorkerProcess` (rewards/workers.py) that is
+signal interrupts. So the check runs in a `WorkerProcess` (isolation/workers.py) that is
 SIGKILLed and replaced when it overruns `timeout_s`, as the math verifier's checks do; the
 answer then scores 0. Inside a VerifierPool worker, which is itself killed on timeout,
 `for_worker()` copies run the check inline.
@@ -73,7 +73,7 @@ class IsolatedCheck:
         self._lock = threading.Lock()
 
     def __call__(self, payload: Any) -> Any:
-        from rlvr.rewards.workers import (
+        from rlvr.isolation.workers import (
             WorkerCrashed,
             WorkerError,
             WorkerProcess,

@@ -2,7 +2,7 @@
 
     python -I -S -X utf8 sandbox_runner.py CONTROL_FD RESULT_FD GO_FD
 
-rewards/sandbox.py binds this one file read-only into the bubblewrap namespace at a fixed path
+isolation/sandbox.py binds this one file read-only into the bubblewrap namespace at a fixed path
 (`RUNNER_PATH` there) and runs it with the host's interpreter in isolated mode without site: no
 other file of rlvr is visible or importable inside the sandbox, so every name used here comes
 from the standard library. The host imports this module only for the frame format (`FRAME`,
@@ -13,7 +13,7 @@ drops to its own uid when started as root, makes itself non-dumpable, writes the
 work directory, then forks one fresh process per case and streams `S` (started: the case's pid)
 and `R` (result: status, exit code, signal, wall seconds, stderr tail, output) frames back on the
 result pipe. Every process that runs untrusted code (the case, the program's process and the
-checker of assert-style tests) installs the spec's seccomp filter (rewards/seccomp.py) before
+checker of assert-style tests) installs the spec's seccomp filter (isolation/seccomp.py) before
 it does. Sandboxed, the runner is the pid namespace's pid 1: signals from the program do not
 reach it, and it reaps what the program leaves behind. Nothing is judged here: the parent
 compares outputs (see rewards/code.py).

@@ -1,4 +1,4 @@
-"""The bubblewrap command line of a code-sandbox launch (rewards/sandbox.py runs it): which
+"""The bubblewrap command line of a code-sandbox launch (isolation/sandbox.py runs it): which
 namespaces, which read-only trees, which devices, which private tmpfs. docs/verifiers-code.md,
 "Isolation", says why each is there."""
 

@@ -1,7 +1,7 @@
 """Run an untrusted program against test cases inside a bubblewrap sandbox.
 
 One sandbox launch per program (~40-60 ms: bwrap + a Python start); inside it a small runner
-(rewards/sandbox_runner.py, run by path) forks one fresh process per test case (~1 ms) and
+(isolation/sandbox_runner.py, run by path) forks one fresh process per test case (~1 ms) and
 streams each case's raw output back. Nothing is judged inside the sandbox: the caller compares
 outputs in the parent (see rewards/code.py).
 
@@ -9,14 +9,14 @@ Isolation (details, and which mechanism bounds which resource, in docs/verifiers
 - namespaces: no network (--unshare-net: only a private loopback), pid (the runner is its pid 1,
   so nothing of bwrap is visible and the program cannot signal it), ipc, uts, cgroup; no
   further user namespaces (the seccomp filter; and --disable-userns in user-namespace mode);
-- filesystem (the command line: rewards/sandbox_bwrap.py): read-only /usr, /lib*, /bin,
+- filesystem (the command line: isolation/bwrap.py): read-only /usr, /lib*, /bin,
   /etc/ld.so.cache and the Python prefix with its site-packages hidden; the runner
-  (rewards/sandbox_runner.py, and the checker it loads, sandbox_checker.py) copied, read-only,
+  (isolation/sandbox_runner.py, and the checker it loads, sandbox_checker.py) copied, read-only,
   to RUNNER_PATH's directory (a copy: no host path shows in /proc/self/mountinfo); a /dev of
   null, zero, full, random and urandom only; private size-limited tmpfs /tmp and /dev/shm;
   nothing else (no project, no home, no tests); `/` and `/dev` remounted read-only;
   environment cleared to PATH, HOME, LANG;
-- a seccomp filter (rewards/seccomp.py) in every process that runs untrusted code: no memfd,
+- a seccomp filter (isolation/seccomp.py) in every process that runs untrusted code: no memfd,
   SysV IPC, POSIX message queues, keyrings, namespaces, mounts, io_uring, bpf, ptrace, ...;
 - an unprivileged uid. As real root the kernel exempts uid 0 from RLIMIT_NPROC even inside a
   user namespace (measured), so the runner starts as root in a namespace-only sandbox and drops
@@ -26,7 +26,7 @@ Isolation (details, and which mechanism bounds which resource, in docs/verifiers
 - rlimits per process: address space, CPU seconds, processes (threads count), file size, open
   files, no core dumps, no locked memory, no realtime priority; wall clock per case enforced by
   the parent, which kills the whole sandbox;
-- a memory cgroup per launch where the machine allows one (rewards/sandbox_cgroup.py): every
+- a memory cgroup per launch where the machine allows one (isolation/cgroup.py): every
   process of the launch together, kernel memory included, under `total_memory_mb`;
 - cleanup: after each case the runner SIGKILLs every process it can see (kill -1 inside the pid
   namespace); when the runner exits or is killed, the kernel kills the rest of the namespace.
@@ -64,13 +64,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rlvr.errors import ConfigError
-from rlvr.rewards import sandbox_runner
-from rlvr.rewards.sandbox_bwrap import bwrap_argv, find_bwrap, is_initial_root, python_layout
-from rlvr.rewards.sandbox_cgroup import CgroupPool, LaunchCgroup, cgroup_home, pool
-from rlvr.rewards.sandbox_runner import FRAME as _FRAME
-from rlvr.rewards.sandbox_runner import RESULT as _RESULT
-from rlvr.rewards.sandbox_runner import write_all as _write_all
-from rlvr.rewards.seccomp import host_arch, syscall_filter
+from rlvr.isolation import sandbox_runner
+from rlvr.isolation.bwrap import bwrap_argv, find_bwrap, is_initial_root, python_layout
+from rlvr.isolation.cgroup import CgroupPool, LaunchCgroup, cgroup_home, pool
+from rlvr.isolation.sandbox_runner import FRAME as _FRAME
+from rlvr.isolation.sandbox_runner import RESULT as _RESULT
+from rlvr.isolation.sandbox_runner import write_all as _write_all
+from rlvr.isolation.seccomp import host_arch, syscall_filter
 
 # The runner is this one file, bound read-only at RUNNER_PATH inside the sandbox (and run from
 # where it lies when unsandboxed); nothing else of the package is bound.

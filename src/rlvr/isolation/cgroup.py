@@ -20,7 +20,7 @@ resources are then bounded by what). Nothing of this process moves: only the san
 enters a launch cgroup. Launch cgroups are reused (`CgroupPool`: a removed cgroup that still
 has page cache charged to it lingers in the kernel as a dying cgroup, and one per launch piles
 up), given back once the launch's last process is gone, and removed when this process exits.
-The runner is moved while it starts (a thread of rewards/sandbox.py, as soon as bwrap
+The runner is moved while it starts (a thread of isolation/sandbox.py, as soon as bwrap
 reports its pid), and it forks nothing of the program before the parent's go, sent once the
 move is done: the program's processes are born in the cgroup. A move waits for an RCU grace
 period (about 11 ms per launch here); overlapped with the runner's start it adds nothing.

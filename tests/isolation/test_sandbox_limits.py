@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.rewards import sandbox as sandbox_module
-from rlvr.rewards.sandbox import Program, Sandbox, SandboxLimits, SandboxUnavailable
-from rlvr.rewards.sandbox_cgroup import PREFIX, cgroup_home, pool
+from rlvr.isolation import sandbox as sandbox_module
+from rlvr.isolation.cgroup import PREFIX, cgroup_home, pool
+from rlvr.isolation.sandbox import Program, Sandbox, SandboxLimits, SandboxUnavailable
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def sys_call(nr, *args):
 
 
 def numbers() -> dict[str, int]:
-    from rlvr.rewards.seccomp import SYSCALLS, host_arch
+    from rlvr.isolation.seccomp import SYSCALLS, host_arch
 
     return SYSCALLS[host_arch()]
 
@@ -319,8 +319,8 @@ def test_a_child_process_leaves_no_launch_cgroup_behind(tmp_path):
         pytest.skip("no memory cgroup for this process here")
     script = """
     import os, sys
-    from rlvr.rewards.sandbox import Program, Sandbox
-    from rlvr.rewards.sandbox_cgroup import PREFIX, cgroup_home, pool
+    from rlvr.isolation.sandbox import Program, Sandbox
+    from rlvr.isolation.cgroup import PREFIX, cgroup_home, pool
     Sandbox().run(Program("print(1)"), [""])
     print(cgroup_home().path, f"{PREFIX}{os.getpid()}-")
     """

@@ -1,7 +1,7 @@
 """The sandbox's seccomp filter, outside any sandbox: its numbers against libseccomp's tables,
 and its verdicts by running the BPF program in a small interpreter written here.
 
-tests/rewards/test_sandbox_limits.py makes the same calls for real inside the sandbox."""
+tests/isolation/test_sandbox_limits.py makes the same calls for real inside the sandbox."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import struct
 
 import pytest
 
-from rlvr.rewards import seccomp
-from rlvr.rewards.seccomp import (
+from rlvr.isolation import seccomp
+from rlvr.isolation.seccomp import (
     AUDIT_ARCH,
     DENIED,
     RET_ALLOW,

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from rlvr.errors import UserError
-from rlvr.rewards import sandbox as sandbox_module
+from rlvr.isolation import sandbox as sandbox_module
+from rlvr.isolation.sandbox import Program, Sandbox, SandboxLimits, SandboxUnavailable
 from rlvr.rewards.code import CodeVerifier
-from rlvr.rewards.sandbox import Program, Sandbox, SandboxLimits, SandboxUnavailable
 
 TIMEOUT_S = 1.0
 

@@ -1,5 +1,5 @@
 """The checker of assert-style tests (HumanEval, MBPP) inside the code sandbox: standard
-library only, loaded by path by the runner (rewards/sandbox_runner.py, which it imports back as
+library only, loaded by path by the runner (isolation/sandbox_runner.py, which it imports back as
 `sandbox_runner`: the runner registers itself under that name first) when a launch has a test.
 
 Two processes per sample (docs/verifiers-code.md, "Assert-style tests"): the program's, which

@@ -1,5 +1,5 @@
 """The code sandbox's system-call filter: a seccomp BPF program, built here, installed by the
-runner (rewards/sandbox_runner.py) in every process that runs untrusted code.
+runner (isolation/sandbox_runner.py) in every process that runs untrusted code.
 
 Namespaces and rlimits bound what a program can reach and how much address space each process
 maps; some allocations live outside both. A file from `memfd_create`, a SysV shared-memory
@@ -27,7 +27,7 @@ module loading, mounts, clocks):
 
 Refused calls fail with an errno, as on a kernel without the feature, so a program sees an
 ordinary `OSError`. Numbers are per architecture (x86-64 and AArch64 here; elsewhere the
-sandbox refuses to start, see `syscall_filter`); tests/rewards/test_seccomp.py checks them
+sandbox refuses to start, see `syscall_filter`); tests/isolation/test_seccomp.py checks them
 against libseccomp's tables where that library is installed. Standard library only.
 """
 
