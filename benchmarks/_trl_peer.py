@@ -10,7 +10,7 @@ Phases (each optional, in the spec's order):
   step  `warmup + steps` steps; the wall time of each step is on_step_begin -> on_step_end of a
         callback, which holds generation, scoring, forward/backward and the optimizer step (and
         leaves out TRL's logging between steps, in TRL's favour). Peak memory is read right after.
-  tta   time to accuracy with rlvr's evaluation (`rlvr.training.evaluate`, the same held-out
+  tta   time to accuracy with rlvr's evaluation (`rlvr.evaluation.evaluate`, the same held-out
         problems, decoding and seed) called from a callback every `eval.every` steps, evaluation
         time excluded; training stops at the threshold or the time cap.
 """
@@ -191,10 +191,10 @@ def tta_phase(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     from transformers import TrainerCallback
 
     from rlvr.config import load_config
+    from rlvr.evaluation.evaluate import evaluate
     from rlvr.models.loading import encode_prompt
     from rlvr.rewards.compose import build_verifier
     from rlvr.rollout import HFEngine
-    from rlvr.training.evaluate import evaluate
 
     cfg = load_config(None, spec["tta_overrides"])
     problems = heldout(cfg)
@@ -263,7 +263,7 @@ def main(argv: list[str]) -> int:
     spec, out = read_spec(argv)
     setup_process(spec)
     if spec.get("trl_keep_freed_memory"):  # --trl-keep-freed-memory: rlvr's malloc setting
-        from rlvr.training.allocator import keep_freed_memory
+        from rlvr.runs.allocator import keep_freed_memory
 
         keep_freed_memory()
     from rlvr.errors import UserError

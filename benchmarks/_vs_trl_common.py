@@ -72,7 +72,7 @@ def prepare_model(model: str, cache_dir: Path, log: Callable[[str], None] = prin
 
     from rlvr.config import ModelConfig
     from rlvr.models.loading import load_model, load_tokenizer
-    from rlvr.training.checkpoint import save_model
+    from rlvr.runs.checkpoint import save_model
 
     log(f"converting {path.name} to fp32 safetensors in {target} (once)")
     cfg = ModelConfig(name_or_path=str(path.parent), gguf_file=path.name, dtype="float32")

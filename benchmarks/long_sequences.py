@@ -69,7 +69,7 @@ def _model(shape: str = "embedded"):
 
 
 def _pass(model, packed, method: str) -> None:
-    from rlvr.training.packing import packed_completion_logprobs
+    from rlvr.forward.packing import packed_completion_logprobs
 
     lp, _ = packed_completion_logprobs(model, packed, attention=method, chunk_size=1024)
     lp.sum().backward()
@@ -80,7 +80,7 @@ def _unit(tokens: int, vocab: int):
     """One sequence of `tokens`: [prompt | completion | completion], the prompt shared."""
     import torch
 
-    from rlvr.training.packing import pack_rows
+    from rlvr.forward.packing import pack_rows
 
     g = torch.Generator().manual_seed(tokens)
     prompt = torch.randint(3, vocab, (PROMPT,), generator=g)
@@ -167,8 +167,8 @@ def run_short(
 ) -> list[dict]:
     import torch
 
-    from rlvr.training.packing import attention_pair_cost, packed_micro_batches
-    from rlvr.training.segment_attention import attention_method, segment_pairs
+    from rlvr.forward.packing import attention_pair_cost, packed_micro_batches
+    from rlvr.forward.segment_attention import attention_method, segment_pairs
 
     model = _model(shape)
     vocab = model.config.vocab_size

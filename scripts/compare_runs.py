@@ -25,6 +25,7 @@ Scenarios (each a few to ~40 seconds on a 2-core CPU):
   torchrun_fsdp torchrun with 2 ranks, FSDP2-sharded learner
   lora_kl       LoRA adapters, KL to the adapter-disabled reference
   sft           `rlvr sft` on the embedded task's demonstrations
+  tools         the tool-use example (`examples/tools.yaml`: the python tool in its sandbox)
 """
 
 from __future__ import annotations
@@ -90,10 +91,19 @@ SCENARIOS: dict[str, tuple[str, list[str]]] = {
         ["train", *DET, *SHORT, "model.lora_rank=8", "algorithm.kl_coef=0.05", "optimizer.lr=1e-3"],
     ),
     "sft": ("python", ["sft", *DET, "training.max_steps=20", "eval.size=50"]),
+    "tools": ("python", ["train", "--config", "examples/tools.yaml", *DET]),
 }
 
 
-WALL_CLOCK = ("time_", "tokens_per_s", "memory_", "gpu_memory", "step_time_s", "wall_seconds")
+WALL_CLOCK = (
+    "time_",
+    "tokens_per_s",
+    "memory_",
+    "gpu_memory",
+    "step_time_s",
+    "wall_seconds",
+    "tool_seconds",  # the sandbox's wall clock per call
+)
 
 
 def sha256(path: Path) -> str | None:

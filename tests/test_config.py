@@ -102,7 +102,7 @@ def test_every_example_config_validates():
     assert len(examples) >= 6
     for path in examples:
         if path.stem.startswith("sft"):
-            from rlvr.training.sft import SFTConfig
+            from rlvr.sft.trainer import SFTConfig
 
             load_config(path, schema=SFTConfig)
         else:
@@ -285,7 +285,7 @@ def test_every_name_imported_from_rlvr_config_still_is_there():
         "Config AlgorithmConfig CheckpointConfig DataConfig DistributedConfig EvalConfig "
         "LoggingConfig ModelConfig OptimizerConfig RewardConfig RolloutConfig TrainingConfig "
         "load_config dump_yaml to_dict describe all_keys parse_override read_yaml validate "
-        "validate_model type_name _f config_warnings"
+        "validate_model type_name option config_warnings"
     ).split():
         assert hasattr(rlvr.config, name), name
 
@@ -306,20 +306,19 @@ TEMPLATES = [
 
 
 @pytest.mark.parametrize("template", TEMPLATES)
-def test_the_configs_template_check_agrees_with_the_data_packages(template):
-    from rlvr.config.checks import check_template as config_check
-    from rlvr.data.template import check_template as data_check
+def test_a_template_is_refused_alike_at_load_and_when_a_task_is_templated(template):
+    from rlvr.data.template import TemplatedTask
 
-    outcomes = []
-    for check in (config_check, data_check):
+    def outcome(build):
         try:
-            outcomes.append(("ok", check(template)))
+            build()
+            return "ok"
         except ConfigError as e:
-            outcomes.append(("error", str(e)))
-    assert outcomes[0] == outcomes[1]
-    if outcomes[0][0] == "error":
-        with pytest.raises(ConfigError, match=re.escape(outcomes[0][1])):
-            load_config(None, [f"data.prompt_template={template!r}"])
+            return str(e)
+
+    at_load = outcome(lambda: load_config(None, [f"data.prompt_template={template!r}"]))
+    assert at_load == outcome(lambda: TemplatedTask(object(), template))
+    assert (at_load == "ok") == (template in ("Q: {prompt}\nA:", "{prompt} {id} {{literal}}"))
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,9 @@ Packages sit on floors, lowest first; a package may import itself and packages o
 floors only (so packages on one floor do not import each other):
 
     errors < {algorithms, isolation, plugins} < config < {rewards, observe}
-      < {data, environments} < models < rollout < distributed < training < pipeline
-      < commands < cli < __main__
+      < {data, environments} < models < {rollout, forward} < distributed < runs
+      < {evaluation, estimate, sample} < {training, sft} < pipeline < commands < cli
+      < __main__
 
 A top-level module (`errors.py`, `cli.py`, `__main__.py`) is its own package;
 `rlvr/__init__.py` imports nothing from rlvr but `errors`. Every `import` and `from ... import`

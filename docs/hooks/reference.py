@@ -45,11 +45,11 @@ class Schema:
 
             return Config
         if self.anchor == "sft":
-            from rlvr.training.sft import SFTConfig
+            from rlvr.sft.trainer import SFTConfig
 
             return SFTConfig
         if self.anchor == "sample":
-            from rlvr.training.sampling import SampleConfig
+            from rlvr.sample.job import SampleConfig
 
             return SampleConfig
         if self.anchor == "filter-stage":

@@ -107,9 +107,9 @@ def test_strict_and_lenient_accuracy_of_the_same_greedy_completions():
 
     import torch
 
+    from rlvr.evaluation.evaluate import evaluate
     from rlvr.rewards.math import math_reward
     from rlvr.rollout import RolloutBatch
-    from rlvr.training.evaluate import evaluate
 
     greedy = [
         "\\boxed{4}",

@@ -16,7 +16,7 @@ from rlvr.data.registry import build_task
 from rlvr.data.tasks.addition import AdditionTask
 from rlvr.errors import UserError
 from rlvr.rewards.compose import build_verifier
-from rlvr.training.sampling import (
+from rlvr.sample.job import (
     SAMPLE_FILES,
     FilterSection,
     SampleConfig,
@@ -272,7 +272,7 @@ def test_an_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path, mon
     def fail(*_args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("rlvr.training.sampling.os.replace", fail)
+    monkeypatch.setattr("rlvr.sample.job.os.replace", fail)
     with pytest.raises(KeyboardInterrupt):
         _write_atomic(target, "new\n")
     assert target.read_text() == "old\n"

@@ -126,7 +126,7 @@ def test_cli_sft_on_a_file_of_rows(tmp_path, tiny_model_dir):
 
 def test_the_example_config_is_valid():
     from rlvr.config import load_config
-    from rlvr.training.sft import SFTConfig
+    from rlvr.sft.trainer import SFTConfig
 
     example = Path(__file__).resolve().parents[2] / "examples" / "sft.yaml"
     cfg = load_config(example, schema=SFTConfig)

@@ -29,8 +29,8 @@ from rlvr.data.template import TemplatedTask, check_template
 from rlvr.errors import ConfigError, DataError, UserError
 from rlvr.observe.loggers import check_available
 from rlvr.rewards.compose import build_verifier
-from rlvr.training.sampling import SampleConfig
-from rlvr.training.sft import SFTConfig
+from rlvr.sample.job import SampleConfig
+from rlvr.sft.trainer import SFTConfig
 
 CASES = 500
 FUZZ = settings(

@@ -1,6 +1,6 @@
 """Fuzz the dataset boundary: random and malformed JSONL/JSON, CSV and Parquet files through
 `rlvr.data.datasets.load_prompt_dataset` (random `FieldMap`s, held-out fractions and seeds) and
-through the SFT row loader (`load_rows` + `rlvr.training.sft_data.rows_to_texts`).
+through the SFT row loader (`load_rows` + `rlvr.sft.data.rows_to_texts`).
 
 Pass: a dataset whose every sample has a non-empty string prompt and a string id, split as
 documented, or a `DataError`/`UserError` whose message is one line and names the file. Anything
@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from rlvr.data.datasets import FieldMap, PromptDataset, load_prompt_dataset, load_rows
 from rlvr.errors import UserError
-from rlvr.training.sft_config import SFTDataConfig
-from rlvr.training.sft_data import rows_to_texts
+from rlvr.sft.config import SFTDataConfig
+from rlvr.sft.data import rows_to_texts
 
 CASES = 500
 FUZZ = settings(

@@ -93,7 +93,7 @@ def test_an_optimizer_step_is_used_by_the_next_call(
 ):
     """Including a fused AdamW step, whose kernel does not bump version counters by itself:
     the owner steps through `optimizer_step`, which bumps them (no global hook)."""
-    from rlvr.training.optim import optimizer_step
+    from rlvr.runs.optim import optimizer_step
 
     if pack and not packing_available(tiny_llama):
         pytest.skip("this torch build has no oneDNN")
@@ -130,7 +130,7 @@ def test_building_an_engine_installs_no_process_wide_optimizer_hook(
 
 
 def test_a_fused_step_bumps_the_versions_of_exactly_the_parameters_it_updated():
-    from rlvr.training.optim import optimizer_step
+    from rlvr.runs.optim import optimizer_step
 
     stepped, frozen = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
     optimizer = torch.optim.AdamW([stepped], lr=0.1, fused=True)

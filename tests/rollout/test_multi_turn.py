@@ -12,9 +12,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from rlvr.environments import StepResult
+from rlvr.forward.logprobs import completion_logprobs, make_token_batch
 from rlvr.rollout import FastEngine, HFEngine, RolloutBatch, SamplingParams
 from rlvr.rollout.multi_turn import MultiTurnEngine, chat_observation_ids
-from rlvr.training.logprobs import completion_logprobs, make_token_batch
 from tests.conftest import build_char_tokenizer, build_tiny_llama
 
 CHATML = (

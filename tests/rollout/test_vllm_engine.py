@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from rlvr.errors import ConfigError, UserError
+from rlvr.forward.logprobs import completion_logprobs, make_token_batch
 from rlvr.rollout import SamplingParams
-from rlvr.training.logprobs import completion_logprobs, make_token_batch
 
 PROMPTS = ["12+34=", "999+1=", "7+8=", "hello", "the cat sat"]
 SAMPLED = SamplingParams(temperature=1.0, max_new_tokens=12)

@@ -10,12 +10,12 @@ import textwrap
 
 import pytest
 
+import rlvr.sft.trainer as sft
 import rlvr.training.grpo as grpo
-import rlvr.training.sft as sft
 from rlvr.config import load_config, to_dict
 from rlvr.errors import UserError
-from rlvr.training.allocator import glibc_mallopt
-from rlvr.training.checkpoint import check_same_config
+from rlvr.runs.allocator import glibc_mallopt
+from rlvr.runs.checkpoint import check_same_config
 
 # In a child process, so the setting does not leak into this one: how much of a 64 MiB block
 # (allocated, touched and freed after the same was done a few times) leaves the resident set
@@ -27,7 +27,7 @@ _RELEASED_MIB = textwrap.dedent(
     """
     import sys
     import torch
-    from rlvr.training.allocator import keep_freed_memory
+    from rlvr.runs.allocator import keep_freed_memory
     if sys.argv[1] == "keep":
         assert keep_freed_memory() and keep_freed_memory()  # idempotent
     elif sys.argv[1] == "map":  # switched after the all-heap setting, as a second run would
@@ -63,7 +63,7 @@ def test_a_freed_block_stays_with_the_process_for_reuse():
 
 @pytest.mark.skipif(glibc_mallopt() is None, reason="glibc malloc settings: Linux/glibc only")
 def test_with_long_rows_large_blocks_go_back_and_small_ones_stay():
-    from rlvr.training.allocator import LARGE_BLOCK
+    from rlvr.runs.allocator import LARGE_BLOCK
 
     assert _released_mib("map") >= 60  # 64 MiB >= LARGE_BLOCK: unmapped when freed
     small = LARGE_BLOCK // 2  # from the kept heap, as without long rows

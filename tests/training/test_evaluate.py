@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from rlvr.evaluation.evaluate import evaluate
 from rlvr.rollout import HFEngine, RolloutBatch
-from rlvr.training.evaluate import evaluate
 
 BASE_KEYS = {
     "accuracy",

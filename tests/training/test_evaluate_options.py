@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from rlvr.config import config_warnings, load_config
+from rlvr.evaluation.evaluate import evaluate, heldout_eval
 from rlvr.rollout import HFEngine, RolloutBatch, SamplingParams
-from rlvr.training.evaluate import evaluate, heldout_eval
 
 GREEDY_KEYS = {"accuracy", "reasoning_fraction_greedy", "mean_length_greedy", "n"}
 T1_KEYS = {"pass1_t1", "reasoning_fraction", "mean_length", "truncated_fraction"}

@@ -9,11 +9,11 @@ from transformers import AttentionInterface
 
 from rlvr.config import load_config
 from rlvr.errors import ConfigError
-from rlvr.training import packing
-from rlvr.training.forward import PackedForward, build_forward
-from rlvr.training.logprobs import make_token_batch
-from rlvr.training.packing import packed_completion_logprobs, packed_micro_batches
-from rlvr.training.segment_attention import (
+from rlvr.forward import packing
+from rlvr.forward.logprobs import make_token_batch
+from rlvr.forward.packing import packed_completion_logprobs, packed_micro_batches
+from rlvr.forward.paths import PackedForward, build_forward
+from rlvr.forward.segment_attention import (
     BUCKET_RATIO,
     DENSE_MAX_WIDTH,
     DENSE_SHARED_MAX_WIDTH,
@@ -262,7 +262,7 @@ def test_auto_falls_back_to_the_dense_mask_when_segments_cannot_model_the_attent
     def unsupported(*args, **kwargs):
         raise NotImplementedError("packed attention without a mask: softcap is not supported")
 
-    monkeypatch.setattr("rlvr.training.segment_attention.segment_attention", unsupported)
+    monkeypatch.setattr("rlvr.forward.segment_attention.segment_attention", unsupported)
     forward = _forward("auto")
     with pytest.warns(UserWarning, match="softcap"):
         forward.check(model, tokens)
@@ -275,7 +275,7 @@ def test_the_run_start_check_runs_on_a_bounded_cut_of_long_rows(char_tokenizer, 
     """A whole 8k-token row through the check's dense pass grew a run by 4 GiB: the check runs on
     at most CHECK_TOKENS prompt and completion tokens, whatever the rows' lengths, and still
     catches a mismatch of the two paths on them."""
-    from rlvr.training import forward as forward_module
+    from rlvr.forward import paths as forward_module
 
     model = build_tiny_llama(char_tokenizer)
     g = torch.Generator().manual_seed(0)

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import rlvr.training.logprobs as logprobs_module
-from rlvr.training.logprobs import (
+import rlvr.forward.logprobs as logprobs_module
+from rlvr.forward.logprobs import (
     _FusedTokenLogprobs,
     chunked_token_logprobs,
     final_hidden_states,

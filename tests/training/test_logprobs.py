@@ -2,8 +2,8 @@
 
 import torch
 
+from rlvr.forward.logprobs import completion_logprobs, make_token_batch
 from rlvr.rollout import HFEngine, SamplingParams
-from rlvr.training.logprobs import completion_logprobs, make_token_batch
 
 
 def _reference_logprobs(model, prompt, completion, temperature):
@@ -78,7 +78,7 @@ def test_unpadded_gives_back_each_rows_prompt_and_completion():
 
 
 def test_loss_masks_leave_inserted_tokens_out_of_the_completion_mask():
-    from rlvr.training.logprobs import make_token_batch as build
+    from rlvr.forward.logprobs import make_token_batch as build
 
     tb = build(
         [torch.tensor([1, 2]), torch.tensor([7])],

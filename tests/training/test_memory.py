@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rlvr.cli import main
-from rlvr.training.memory import GIB
+from rlvr.estimate.memory import GIB
 
 # Llama-2-7B's shape: the hand count below is the published 6.74B.
 LLAMA_7B = {
@@ -87,9 +87,9 @@ def test_lora_count_equals_what_peft_trains(tiny_model_dir):
     from transformers import AutoConfig
 
     from rlvr.config import ModelConfig
+    from rlvr.estimate.memory import lora_trainable
     from rlvr.models.loading import load_model
     from rlvr.models.lora import trainable_parameters
-    from rlvr.training.memory import lora_trainable
 
     cfg = ModelConfig(name_or_path=str(tiny_model_dir), lora_rank=4)
     model = load_model(cfg, torch.device("cpu"), torch.float32, train=True)
@@ -103,7 +103,7 @@ def _saved_bytes(model, packed) -> int:
     forward (parameters excluded)."""
     import torch
 
-    from rlvr.training.packing import packed_completion_logprobs
+    from rlvr.forward.packing import packed_completion_logprobs
 
     seen: dict[int, int] = {}
 
@@ -140,8 +140,8 @@ def test_activation_formula_matches_what_autograd_saves_per_token_and_layer(kv_h
     import torch
     from transformers import LlamaForCausalLM
 
-    from rlvr.training.memory import activation_elements, model_shape
-    from rlvr.training.packing import packed_micro_batches
+    from rlvr.estimate.memory import activation_elements, model_shape
+    from rlvr.forward.packing import packed_micro_batches
 
     torch.manual_seed(0)
     prompts = [p for p in (torch.randint(3, 90, (40,)) for _ in range(3)) for _ in range(4)]
@@ -164,8 +164,8 @@ def test_backward_formula_matches_the_live_memory_the_backward_adds(layers):
     from torch.profiler import ProfilerActivity, profile
     from transformers import LlamaForCausalLM
 
-    from rlvr.training.memory import backward_elements, model_shape
-    from rlvr.training.packing import packed_completion_logprobs, packed_micro_batches
+    from rlvr.estimate.memory import backward_elements, model_shape
+    from rlvr.forward.packing import packed_completion_logprobs, packed_micro_batches
 
     config = _layer_config(layers, kv_heads=2)
     torch.manual_seed(0)
@@ -196,7 +196,7 @@ def test_backward_formula_matches_the_live_memory_the_backward_adds(layers):
 
 def _shape_100m():
     """A 100M-parameter Llama-family shape: 10 layers, hidden 512, 8 heads sharing 2 K/V."""
-    from rlvr.training.memory import ModelShape
+    from rlvr.estimate.memory import ModelShape
 
     return ModelShape(
         num_parameters=10**8,
@@ -213,7 +213,7 @@ def _shape_100m():
 
 def test_estimate_takes_the_widest_phase_and_bounds_the_prefill(capsys):
     from rlvr.config import load_config
-    from rlvr.training.memory import estimate, plan_of
+    from rlvr.estimate.memory import estimate, plan_of
 
     shape = _shape_100m()
     cfg = load_config(
@@ -255,7 +255,7 @@ def test_estimate_measures_the_tasks_prompts_with_the_models_tokenizer(capsys):
 def test_the_estimate_plans_the_attention_auto_chooses():
     from dataclasses import replace
 
-    from rlvr.training.memory import RunPlan, estimate
+    from rlvr.estimate.memory import RunPlan, estimate
 
     shape = _shape_100m()
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from rlvr.config import load_config
+from rlvr.forward.logprobs import make_token_batch
 from rlvr.rollout import RolloutBatch
 from rlvr.training.grpo import GRPOTrainer, ScoredRollouts
-from rlvr.training.logprobs import make_token_batch
 
 TINY = [
     "rollout.prompts_per_step=4",

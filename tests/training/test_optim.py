@@ -3,7 +3,7 @@ import math
 import pytest
 
 from rlvr.config import OptimizerConfig
-from rlvr.training.optim import lr_factor
+from rlvr.runs.optim import lr_factor
 
 
 def test_warmup_is_linear_then_constant():
@@ -26,7 +26,7 @@ def test_linear_decay_midpoint():
 def test_fused_adamw_is_used_on_plain_cpu_parameters_and_matches_the_reference_rule():
     import torch
 
-    from rlvr.training.optim import build_optimizer, fused_adamw_supported
+    from rlvr.runs.optim import build_optimizer, fused_adamw_supported
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.Linear(5, 3))

@@ -6,10 +6,8 @@ import pytest
 import torch
 
 from rlvr.config import load_config
-from rlvr.rollout import RolloutBatch
-from rlvr.training.grpo import GRPOTrainer, ScoredRollouts
-from rlvr.training.logprobs import chunked_token_logprobs, completion_logprobs, make_token_batch
-from rlvr.training.packing import (
+from rlvr.forward.logprobs import chunked_token_logprobs, completion_logprobs, make_token_batch
+from rlvr.forward.packing import (
     attention_pair_cost,
     block_causal_mask,
     pack_groups_to_budget,
@@ -19,6 +17,8 @@ from rlvr.training.packing import (
     packed_micro_batches,
     prompt_groups,
 )
+from rlvr.rollout import RolloutBatch
+from rlvr.training.grpo import GRPOTrainer, ScoredRollouts
 
 # -- packing ----------------------------------------------------------------------------------
 
@@ -457,7 +457,7 @@ def test_shared_prompt_capacity_search_takes_fractions_of_the_longest_row():
 def test_tied_input_embeddings_take_a_sparse_gradient_with_the_same_values(
     make_tiny_llama, char_tokenizer
 ):
-    from rlvr.training.logprobs import _sparse_grad_embeddings
+    from rlvr.forward.logprobs import _sparse_grad_embeddings
 
     model = make_tiny_llama(tie=True)
     ids = torch.tensor([[3, 4, 5]])

@@ -13,11 +13,11 @@ import torch
 from rlvr.cli import main
 from rlvr.config import config_warnings, load_config
 from rlvr.distributed.world import World
-from rlvr.training.forward import build_forward
+from rlvr.forward.logprobs import TokenBatch, chunked_token_logprobs, make_token_batch
+from rlvr.forward.paths import build_forward
+from rlvr.runs.optim import build_optimizer, build_scheduler
+from rlvr.runs.policy import build_policy
 from rlvr.training.learner import Learner
-from rlvr.training.logprobs import TokenBatch, chunked_token_logprobs, make_token_batch
-from rlvr.training.optim import build_optimizer, build_scheduler
-from rlvr.training.policy import build_policy
 
 BF16_LINE = (
     "model.precision=bf16: AdamW updates below bf16 resolution (~2^-8 relative) are lost; "

@@ -15,7 +15,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.training import checkpoint
+from rlvr.runs import checkpoint
 from rlvr.training.grpo import GRPOTrainer
 
 ARGS = [

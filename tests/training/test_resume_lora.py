@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.training.checkpoint import list_checkpoints
+from rlvr.runs.checkpoint import list_checkpoints
 from rlvr.training.grpo import GRPOTrainer
 
 VERIFIER = """
@@ -122,7 +122,7 @@ def test_lora_rl_uses_the_adapter_disabled_base_as_reference(tmp_path, tiny_mode
     # The reference log-probs are those of the untouched base model.
     from transformers import AutoModelForCausalLM
 
-    from rlvr.training.logprobs import completion_logprobs, make_token_batch
+    from rlvr.forward.logprobs import completion_logprobs, make_token_batch
 
     tokens = make_token_batch(
         [torch.tensor([5, 6, 7])], [torch.tensor([8, 9, 10])], trainer.tokenizer.pad_token_id

@@ -13,10 +13,9 @@ from safetensors.torch import load_file
 from rlvr.config import load_config
 from rlvr.data.tasks.addition import AdditionTask
 from rlvr.errors import ConfigError, DataError
+from rlvr.forward.packing import block_causal_mask, pack
 from rlvr.rewards.exact import exact_answer_reward
-from rlvr.training.packing import block_causal_mask, pack
-from rlvr.training.sft import SFTConfig, accumulate_gradients, completion_nll_sum, run_sft
-from rlvr.training.sft_data import (
+from rlvr.sft.data import (
     IGNORE_INDEX,
     SFTExample,
     batch_indices,
@@ -24,6 +23,7 @@ from rlvr.training.sft_data import (
     micro_batches,
     tokenize_example,
 )
+from rlvr.sft.trainer import SFTConfig, accumulate_gradients, completion_nll_sum, run_sft
 
 X = IGNORE_INDEX
 
@@ -373,7 +373,7 @@ def test_heldout_sft_rows_report_a_completion_loss(tmp_path, tiny_model_dir):
 def test_sft_follows_model_precision(tmp_path, tiny_model_dir):
     # bf16-mixed: fp32 weights and AdamW state, the forward in bf16 (a loss close to fp32's,
     # not equal to it); pure bf16: bf16 weights and the warning rlvr train gives.
-    from rlvr.training.sft import accumulate_gradients, prepare_sft
+    from rlvr.sft.trainer import accumulate_gradients, prepare_sft
 
     settings = ("data.num_examples=16", "training.batch_size=16")
     runs, lines = {}, []

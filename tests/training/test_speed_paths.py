@@ -19,7 +19,7 @@ CLOSE = ("loss", "advantage_abs_mean", "grad_norm", "entropy", "clip_fraction", 
 @pytest.mark.slow
 def test_optimised_and_unoptimised_paths_learn_the_same(train_embedded, monkeypatch):
     fast, fast_weights = train_embedded("fast")
-    import rlvr.training.optim as optim
+    import rlvr.runs.optim as optim
 
     monkeypatch.setattr(optim, "fused_adamw_supported", lambda params: False)
     plain, plain_weights = train_embedded(

@@ -5,7 +5,7 @@
 
 Reads the model's config.json (parameter counts come from building the model on the meta
 device), so a 70B model can be planned on a laptop, and its tokenizer when there is one, to
-measure the task's prompts. Formulas: rlvr.training.memory.
+measure the task's prompts. Formulas: rlvr.estimate.memory.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from rlvr.commands import standalone_main
 from rlvr.errors import ModelLoadError, UserError
-from rlvr.training.memory import PRECISIONS
+from rlvr.estimate.memory import PRECISIONS
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -52,14 +52,14 @@ def run(args: argparse.Namespace) -> int:
     from transformers import AutoConfig
 
     from rlvr.config import load_config
-    from rlvr.models.loading import resolve_model_path
-    from rlvr.training.memory import (
+    from rlvr.estimate.memory import (
         estimate,
         format_report,
         model_shape,
         plan_of,
-        resolve_precision,
+        planned_precision,
     )
+    from rlvr.models.loading import resolve_model_path
 
     if args.world_size < 1:
         raise UserError(f"--world-size: must be >= 1, got {args.world_size}")
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    precision = resolve_precision(args.precision, cfg.model, device)
+    precision = planned_precision(args.precision, cfg.model, device)
     prompt_tokens, source = args.prompt_tokens, "--prompt-tokens"
     if not prompt_tokens:
         prompt_tokens, source = task_prompt_tokens(cfg)
@@ -117,7 +117,7 @@ def task_prompt_tokens(cfg: Any, count: int = 200) -> tuple[int, str]:
     directory has no tokenizer (a config.json alone, to plan a model not downloaded)."""
     from rlvr.data.registry import build_task, heldout_size
     from rlvr.models.loading import load_tokenizer
-    from rlvr.training.policy import prompt_encoder
+    from rlvr.runs.policy import prompt_encoder
 
     m = cfg.model
     try:

@@ -7,7 +7,7 @@
 
 With a training config (--config, or key=value overrides of the embedded default), every model
 is evaluated exactly as `rlvr train` evaluates its policy before the first step
-(`rlvr.training.evaluate.evaluate_config`: the task of `data.*` with its templates and few-shot
+(`rlvr.evaluation.evaluate.evaluate_config`: the task of `data.*` with its templates and few-shot
 examples, `reward.verifier`, the chat template / system prompt / declared tools, the rollout
 engine, `rollout.stop`, and `eval.*`), so a model's row reproduces a run's eval_before. --model
 defaults to model.name_or_path; each --model replaces only that key. The flags override the
@@ -15,7 +15,7 @@ config: --n is eval.size, --k eval.k, --max-new-tokens eval.max_new_tokens, --se
 data.seed and training.seed, --device model.device.
 
 Without a config, the built-in addition task (--digits) or HumanEval (--data humaneval) is
-scored by `rlvr.training.evaluate.evaluate` with k = --k on the same `--n` held-out problems,
+scored by `rlvr.evaluation.evaluate.evaluate` with k = --k on the same `--n` held-out problems,
 with the same seed. Either way stdout gets one table, one row per model:
 
     model  accuracy  pass@1  pass@k  maj@k  reasoning_fraction  mean_length
@@ -190,7 +190,7 @@ def readings(spec: str) -> dict[str, Any]:
     return {"lenient": build_verifier(lenient)} if lenient else {}
 
 
-def evaluate_model(
+def evaluate_one_model(
     name: str,
     samples: list[dict],
     args: argparse.Namespace,
@@ -200,7 +200,7 @@ def evaluate_model(
 ) -> dict[str, float]:
     """Load one model and score it on `samples` with evaluate(k=args.k)."""
     from rlvr.config import ModelConfig
-    from rlvr.training.evaluate import evaluate_model as evaluate_checkpoint
+    from rlvr.evaluation.evaluate import evaluate_model as evaluate_checkpoint
 
     return evaluate_checkpoint(
         ModelConfig(name_or_path=name, device=args.device),
@@ -272,7 +272,7 @@ def run_builtin(args: argparse.Namespace) -> int:
     other_readings = readings(spec)
     results = []
     for name in args.model:
-        results.append(evaluate_model(name, samples, args, verifier, extract, other_readings))
+        results.append(evaluate_one_model(name, samples, args, verifier, extract, other_readings))
     _warn_failures(args.model, results)
     print(format_table(args.model, results, args.k))
     if args.output:
@@ -332,9 +332,9 @@ def run_config(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from rlvr.config import config_warnings, load_config, to_dict, validate_model
+    from rlvr.evaluation.evaluate import evaluate_config
     from rlvr.models.loading import resolve_model_path
     from rlvr.rewards.compose import build_verifier
-    from rlvr.training.evaluate import evaluate_config
 
     cfg = load_config(args.config, [*args.overrides, *config_overrides(args)])
     if cfg.eval.size == 0:

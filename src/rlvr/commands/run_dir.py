@@ -52,7 +52,7 @@ def check_resumable(output_dir: str | None, cfg: object, *, allow_change: bool =
     """The run directory to resume: it must exist and hold the same config (diff named), unless
     `allow_change`, which prints the differing keys instead."""
     from rlvr.config import to_dict
-    from rlvr.training.checkpoint import check_same_config
+    from rlvr.runs.checkpoint import check_same_config
 
     if not output_dir:
         raise UserError("--resume: name the run directory: --resume RUN_DIR")

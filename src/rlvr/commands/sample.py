@@ -3,7 +3,7 @@
     rlvr sample [--config FILE.yaml] [key=value ...] [--output-dir DIR] [--overwrite]
                 [--quiet] [--debug]
 
-The job itself (config, files written, decisions) is rlvr.training.sampling; docs/sampling.md.
+The job itself (config, files written, decisions) is rlvr.sample.job; docs/sampling.md.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.commands import add_run_arguments, config_listing, standalone_main
-from rlvr.training.sampling import SAMPLE_FILES, SampleConfig, format_summary, run_sample
+from rlvr.sample.job import SAMPLE_FILES, SampleConfig, format_summary, run_sample
 
 
 def check_sample_dir(output_dir: str | None, overwrite: bool) -> Path:

@@ -26,7 +26,7 @@ from typing import Any
 
 from rlvr.commands import add_run_arguments, config_listing, resume_dir, standalone_main
 from rlvr.errors import UserError
-from rlvr.training.sft import SFTConfig
+from rlvr.sft.trainer import SFTConfig
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from rlvr.models.loading import resolve_model_path
     from rlvr.observe.loggers import check_available
     from rlvr.rewards.compose import build_verifier
-    from rlvr.training.sft import SFTConfig, run_sft
+    from rlvr.sft.trainer import SFTConfig, run_sft
 
     resuming = resume_dir(args)
     if args.resume is not None:
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         create_run_dir(run_dir)
 
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    from rlvr.training.run import TrainingInterrupted
+    from rlvr.runs.run import TrainingInterrupted
 
     try:
         summary = run_sft(

@@ -85,7 +85,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not resume and world.is_main:
         create_run_dir(run_dir)
     world.barrier()
-    from rlvr.training.run import TrainingInterrupted
+    from rlvr.runs.run import TrainingInterrupted
 
     try:
         summary = trainer.train()

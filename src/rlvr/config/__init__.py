@@ -4,11 +4,11 @@ and `rlvr.algorithms.names`, so reading a config loads no torch."""
 
 from rlvr.config.checks import check_template, config_warnings, validate, validate_model
 from rlvr.config.fields import (
-    _f,
     describe_tree,
     dump_yaml,
     leaf_keys,
     load_tree,
+    option,
     parse_override,
     read_yaml,
     to_dict,
@@ -47,7 +47,7 @@ __all__ = [
     "RewardConfig",
     "RolloutConfig",
     "TrainingConfig",
-    "_f",
+    "option",
     "all_keys",
     "check_template",
     "config_warnings",

@@ -113,7 +113,8 @@ def validate_model(model: ModelConfig) -> None:
 
 def check_template(template: str, key: str = "data.prompt_template") -> list[str]:
     """The field names a prompt template uses; ConfigError when it is malformed or leaks the
-    answer. (The same check as `rlvr.data.template.check_template`, which applies templates.)"""
+    answer. Run when the config loads, and again by `rlvr.data.template.TemplatedTask`, which
+    applies templates, for one built in code."""
     try:
         parsed = [
             (f, spec, conv)

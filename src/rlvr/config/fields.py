@@ -1,7 +1,7 @@
 r"""The machinery of a typed config tree, independent of any particular tree.
 
 A tree is a dataclass whose fields are scalars, lists of scalars or further such dataclasses
-(sections). Each leaf is declared with `_f(default, help, **constraints)`; its metadata carries
+(sections). Each leaf is declared with `option(default, help, **constraints)`; its metadata carries
   help     one line shown by `--help` and the configuration reference
   choices  allowed values
   ge/gt/le/lt   numeric bounds
@@ -40,7 +40,7 @@ import yaml
 from rlvr.errors import ConfigError
 
 
-def _f(default: Any, help: str, **constraints: Any) -> Any:
+def option(default: Any, help: str, **constraints: Any) -> Any:
     """A dataclass field with help text and constraints in its metadata."""
     meta = {"help": help, **constraints}
     if isinstance(default, (list, dict)):

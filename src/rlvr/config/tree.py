@@ -30,7 +30,7 @@ from rlvr.algorithms.names import (
     STD_KINDS,
 )
 from rlvr.config.checks import check_template, validate
-from rlvr.config.fields import _f, describe_tree, leaf_keys, load_tree
+from rlvr.config.fields import describe_tree, leaf_keys, load_tree, option
 from rlvr.errors import ConfigError
 
 # model.precision: how `rlvr train` stores and computes (ModelConfig.training_precision)
@@ -41,18 +41,18 @@ PURE_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 @dataclass
 class ModelConfig:
-    name_or_path: str = _f(
+    name_or_path: str = option(
         "embedded",
         "HF causal LM: a local directory or a hub id; 'embedded' is the built-in tiny base "
         "model, 'embedded-small' its 4x smaller sibling, 'embedded-tools' the tool-calling one",
     )
-    dtype: str = _f(
+    dtype: str = option(
         "auto",
         "weights' dtype of inference (eval, sample, Ray rollout actors); auto = fp32 on CPU, "
         "bf16 on CUDA. `rlvr train` and `rlvr sft` follow model.precision",
         choices=["auto", "float32", "bfloat16", "float16"],
     )
-    precision: str = _f(
+    precision: str = option(
         "auto",
         "rlvr train's and rlvr sft's numerics: fp32; bf16-mixed = fp32 master weights and AdamW "
         "state, bf16 compute (autocast), fp32 log-probs and loss; bf16 = pure bf16 weights "
@@ -60,23 +60,25 @@ class ModelConfig:
         "explicit model.dtype",
         choices=list(PRECISIONS),
     )
-    device: str = _f("auto", "auto = cuda if available, else cpu", choices=["auto", "cpu", "cuda"])
-    chat_template: str = _f(
+    device: str = option(
+        "auto", "auto = cuda if available, else cpu", choices=["auto", "cpu", "cuda"]
+    )
+    chat_template: str = option(
         "auto",
         "auto = apply the tokenizer's chat template when it has one (instruct models)",
         choices=["auto", "always", "never"],
     )
-    trust_remote_code: bool = _f(False, "passed to transformers Auto classes")
-    gradient_checkpointing: bool = _f(False, "trade compute for memory in the policy update")
-    gguf_file: str | None = _f(
+    trust_remote_code: bool = option(False, "passed to transformers Auto classes")
+    gradient_checkpointing: bool = option(False, "trade compute for memory in the policy update")
+    gguf_file: str | None = option(
         None,
         "GGUF weights inside name_or_path (read by transformers, needs 'gguf'; converted once "
         "to float32 safetensors kept in $RLVR_CACHE_DIR/gguf, default ~/.cache/rlvr/gguf)",
     )
-    lora_rank: int = _f(0, "LoRA rank r (0 = full fine-tuning); needs the 'lora' extra", ge=0)
-    lora_alpha: float = _f(16.0, "LoRA scaling alpha (update scale alpha / r)", gt=0.0)
-    lora_dropout: float = _f(0.0, "dropout on the LoRA input", ge=0.0, lt=1.0)
-    lora_target_modules: list[str] = _f(
+    lora_rank: int = option(0, "LoRA rank r (0 = full fine-tuning); needs the 'lora' extra", ge=0)
+    lora_alpha: float = option(16.0, "LoRA scaling alpha (update scale alpha / r)", gt=0.0)
+    lora_dropout: float = option(0.0, "dropout on the LoRA input", ge=0.0, lt=1.0)
+    lora_target_modules: list[str] = option(
         ["all-linear"], "modules that get adapters: 'all-linear' or names like q_proj, v_proj"
     )
 
@@ -95,65 +97,77 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    task: str = _f(
+    task: str = option(
         "addition",
         "built-in procedural task (addition, arithmetic, countdown), 'gym' for a reasoning-gym "
         "generator (the 'gym' extra), or 'dataset' to read data.path; see docs/tasks.md",
         choices=["addition", "arithmetic", "countdown", "multiplication", "gym", "dataset"],
     )
-    digits: int = _f(3, "operand digits of the addition task", ge=1, le=12)
-    level: int = _f(1, "arithmetic: difficulty level to start at (1-8, docs/tasks.md)", ge=1, le=8)
-    max_level: int = _f(8, "arithmetic: highest level of the schedule and of held-out", ge=1, le=8)
-    difficulty: str = _f(
+    digits: int = option(3, "operand digits of the addition task", ge=1, le=12)
+    level: int = option(
+        1, "arithmetic: difficulty level to start at (1-8, docs/tasks.md)", ge=1, le=8
+    )
+    max_level: int = option(
+        8, "arithmetic: highest level of the schedule and of held-out", ge=1, le=8
+    )
+    difficulty: str = option(
         "fixed",
         "arithmetic schedule: fixed (data.level), linear (data.level -> data.max_level over the "
         "run), adaptive (one level up when the mean reward at the level reaches data.promote_at)",
         choices=["fixed", "linear", "adaptive"],
     )
-    promote_at: float = _f(
+    promote_at: float = option(
         0.8, "arithmetic adaptive: mean reward over the window that promotes", gt=0.0, le=1.0
     )
-    promote_window: int = _f(
+    promote_window: int = option(
         64, "arithmetic adaptive: rewards (completions) averaged at the current level", ge=1
     )
-    countdown_min_numbers: int = _f(3, "countdown: fewest numbers in a problem", ge=2, le=8)
-    countdown_max_numbers: int = _f(4, "countdown: most numbers in a problem", ge=2, le=8)
-    countdown_max_value: int = _f(100, "countdown: numbers are drawn from 1..this", ge=1, le=10000)
-    countdown_max_target: int = _f(
+    countdown_min_numbers: int = option(3, "countdown: fewest numbers in a problem", ge=2, le=8)
+    countdown_max_numbers: int = option(4, "countdown: most numbers in a problem", ge=2, le=8)
+    countdown_max_value: int = option(
+        100, "countdown: numbers are drawn from 1..this", ge=1, le=10000
+    )
+    countdown_max_target: int = option(
         1000, "countdown: targets are at most this (larger ones are redrawn)", ge=1
     )
-    gym_name: str | None = _f(None, "reasoning-gym dataset name, e.g. basic_arithmetic (task=gym)")
-    gym_config: list[str] = _f(
+    gym_name: str | None = option(
+        None, "reasoning-gym dataset name, e.g. basic_arithmetic (task=gym)"
+    )
+    gym_config: list[str] = option(
         [], "reasoning-gym generator settings as KEY=VALUE items, e.g. [min_terms=2,max_terms=3]"
     )
-    gym_size: int = _f(100_000, "reasoning-gym: entries training draws from", ge=1)
-    path: str | None = _f(
+    gym_size: int = option(100_000, "reasoning-gym: entries training draws from", ge=1)
+    path: str | None = option(
         None,
         "prompt dataset: .jsonl/.json/.csv/.parquet, a saved HF dataset "
         "directory, or a hub name (data.task=dataset)",
     )
-    eval_path: str | None = _f(None, "held-out dataset (default: split off data.eval_fraction)")
-    eval_fraction: float = _f(0.1, "share of data.path held out when no eval_path", ge=0.0, lt=1.0)
-    prompt_field: str = _f("prompt", "dataset column holding the prompt")
-    answer_field: str = _f("answer", "dataset column holding the reference answer")
-    tests_field: str = _f("tests", "dataset column holding code tests")
-    system_field: str = _f("system", "dataset column holding a per-row system message")
-    source_field: str = _f("source", "dataset column naming the row's source (per-source eval)")
-    max_prompt_tokens: int = _f(0, "drop prompts longer than this many tokens (0 = keep all)", ge=0)
-    system_prompt: str | None = _f(None, "system message, used only with a chat template")
-    prompt_template: str | None = _f(
+    eval_path: str | None = option(None, "held-out dataset (default: split off data.eval_fraction)")
+    eval_fraction: float = option(
+        0.1, "share of data.path held out when no eval_path", ge=0.0, lt=1.0
+    )
+    prompt_field: str = option("prompt", "dataset column holding the prompt")
+    answer_field: str = option("answer", "dataset column holding the reference answer")
+    tests_field: str = option("tests", "dataset column holding code tests")
+    system_field: str = option("system", "dataset column holding a per-row system message")
+    source_field: str = option("source", "dataset column naming the row's source (per-source eval)")
+    max_prompt_tokens: int = option(
+        0, "drop prompts longer than this many tokens (0 = keep all)", ge=0
+    )
+    system_prompt: str | None = option(None, "system message, used only with a chat template")
+    prompt_template: str | None = option(
         None,
         'plain template around every prompt, e.g. "Q: {prompt}\\nA:"; other {field}s of the '
         "sample may appear (docs/data.md)",
     )
-    fewshot: int = _f(
+    fewshot: int = option(
         0,
         "solved training problems shown before every prompt, as chat turns or plain text "
         "(docs/data.md)",
         ge=0,
         le=64,
     )
-    seed: int = _f(0, "seed of the prompt stream")
+    seed: int = option(0, "seed of the prompt stream")
 
     def validate(self) -> None:
         """Checks across data fields (the tasks' own settings)."""
@@ -174,150 +188,154 @@ class DataConfig:
 
 @dataclass
 class RewardConfig:
-    verifier: str = _f(
+    verifier: str = option(
         "exact_answer",
         "exact_answer, math, code, format, language, countdown, gym, 'module:function', "
         "'path/file.py:function', "
         "or a weighted sum like 'math:1.0,format:0.1'",
     )
-    workers: int = _f(0, "verifier worker processes (0 = score in the trainer process)", ge=0)
-    timeout_s: float = _f(10.0, "per-sample limit in the worker pool, seconds", gt=0.0)
-    overlong_buffer: int = _f(
+    workers: int = option(0, "verifier worker processes (0 = score in the trainer process)", ge=0)
+    timeout_s: float = option(10.0, "per-sample limit in the worker pool, seconds", gt=0.0)
+    overlong_buffer: int = option(
         0, "DAPO overlong shaping: penalty buffer before rollout.max_new_tokens (0 = off)", ge=0
     )
-    overlong_penalty_factor: float = _f(1.0, "DAPO overlong shaping: maximal penalty", ge=0.0)
-    mask_truncated: bool = _f(False, "drop truncated completions from the loss (DAPO)")
+    overlong_penalty_factor: float = option(1.0, "DAPO overlong shaping: maximal penalty", ge=0.0)
+    mask_truncated: bool = option(False, "drop truncated completions from the loss (DAPO)")
 
 
 @dataclass
 class RolloutConfig:
-    engine: str = _f(
+    engine: str = option(
         "fast",
         "generation engine: fast (static KV cache, prefix sharing, continuous batching; Llama, "
         "Mistral, Qwen2, else it falls back to hf), hf (the reference loop) or vllm (an "
         "in-process vLLM engine, the 'vllm' extra; docs/guides/vllm.md); docs/rollout.md",
         choices=["hf", "fast", "vllm"],
     )
-    prompts_per_step: int = _f(16, "prompts drawn per step", ge=1)
-    group_size: int = _f(8, "completions per prompt (G)", ge=1)
-    temperature: float = _f(1.0, "sampling temperature (0 = greedy)", ge=0.0)
-    top_p: float = _f(1.0, "nucleus sampling threshold (1 = off)", gt=0.0, le=1.0)
-    top_k: int = _f(0, "top-k sampling (0 = off)", ge=0)
-    max_new_tokens: int = _f(64, "completion length limit, tokens", ge=1)
-    stop: list[str] = _f([], "extra stop strings (EOS always stops)")
-    max_batch_size: int = _f(
+    prompts_per_step: int = option(16, "prompts drawn per step", ge=1)
+    group_size: int = option(8, "completions per prompt (G)", ge=1)
+    temperature: float = option(1.0, "sampling temperature (0 = greedy)", ge=0.0)
+    top_p: float = option(1.0, "nucleus sampling threshold (1 = off)", gt=0.0, le=1.0)
+    top_k: int = option(0, "top-k sampling (0 = off)", ge=0)
+    max_new_tokens: int = option(64, "completion length limit, tokens", ge=1)
+    stop: list[str] = option([], "extra stop strings (EOS always stops)")
+    max_batch_size: int = option(
         0,
         "rows decoded together (0 = auto: the rows of one step, prompts_per_step x group_size, "
         "so held-out evaluation decodes no more rows at once than a training rollout); "
         "docs/memory.md",
         ge=0,
     )
-    max_prefill_tokens: int = _f(
+    max_prefill_tokens: int = option(
         4096,
         "fast engine: padded prompt tokens prefilled in one forward (at least one prompt); "
         "bounds the memory of prompt prefills",
         ge=1,
     )
-    off_policy_steps: int = _f(
+    off_policy_steps: int = option(
         0,
         "0 = on-policy; 1 = generate the next batch while the current one trains (one step "
         "stale, corrected by truncated importance sampling; docs/distributed.md)",
         ge=0,
         le=1,
     )
-    max_logprob_drift: float = _f(
+    max_logprob_drift: float = option(
         0.1,
         "when the sampler is not the learner's own code (rollout.engine=vllm): a mean "
         "|log pi_learner - log pi_sampler| per token above this, on a batch drawn right after "
         "a weight sync, stops the run (the weights are probably not synced); 0 = off",
         ge=0.0,
     )
-    vllm_kv_cache_gb: float = _f(1.0, "vllm on a CPU: KV cache size, GiB", gt=0.0)
-    vllm_gpu_memory_utilization: float = _f(
+    vllm_kv_cache_gb: float = option(1.0, "vllm on a CPU: KV cache size, GiB", gt=0.0)
+    vllm_gpu_memory_utilization: float = option(
         0.3,
         "vllm on CUDA: share of the GPU it may take, colocated with the learner",
         gt=0.0,
         le=1.0,
     )
-    vllm_max_model_len: int = _f(
+    vllm_max_model_len: int = option(
         0, "vllm: longest prompt + completion, tokens (0 = the model's context length)", ge=0
     )
-    vllm_sleep: bool = _f(
+    vllm_sleep: bool = option(
         True, "vllm on CUDA: free its KV cache while the learner updates (sleep mode)"
     )
 
 
 @dataclass
 class AlgorithmConfig:
-    advantage: str = _f("grpo", "advantage estimator", choices=list(ADVANTAGE_ESTIMATOR_NAMES))
-    std: str = _f(
+    advantage: str = option("grpo", "advantage estimator", choices=list(ADVANTAGE_ESTIMATOR_NAMES))
+    std: str = option(
         "population",
         "grpo std: population (1/G) or sample (1/(G-1))",
         choices=list(STD_KINDS),
     )
-    eps: float = _f(1e-6, "added to the std in z-scores", ge=0.0)
-    loss_aggregation: str = _f(
+    eps: float = option(1e-6, "added to the std in z-scores", ge=0.0)
+    loss_aggregation: str = option(
         "seq_mean_token_mean",
         "seq_mean_token_mean (GRPO), token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO)",
         choices=list(AGGREGATION_MODES),
     )
-    policy_loss: str = _f(
+    policy_loss: str = option(
         "clip",
         "policy-loss variant: clip (PPO/GRPO clipped surrogate; GSPO with "
         "ratio_level=sequence), cispo (MiniMax-M1), gmpo (geometric mean), clip_cov or kl_cov "
         "(covariance-based entropy control); docs/algorithms.md",
         choices=list(POLICY_LOSS_NAMES),
     )
-    ratio_level: str = _f(
+    ratio_level: str = option(
         "token",
         "importance ratio per token (PPO/GRPO) or per sequence (GSPO)",
         choices=list(RATIO_LEVELS),
     )
-    clip_ratio_low: float = _f(0.2, "lower clip: ratio >= 1 - clip_ratio_low", ge=0.0, lt=1.0)
-    clip_ratio_high: float = _f(
+    clip_ratio_low: float = option(0.2, "lower clip: ratio >= 1 - clip_ratio_low", ge=0.0, lt=1.0)
+    clip_ratio_high: float = option(
         0.2, "upper clip: ratio <= 1 + clip_ratio_high (DAPO: 0.28)", ge=0.0
     )
-    dual_clip_c: float | None = _f(None, "dual-clip bound c > 1 for negative advantages", gt=1.0)
-    cispo_clip_low: float = _f(
+    dual_clip_c: float | None = option(
+        None, "dual-clip bound c > 1 for negative advantages", gt=1.0
+    )
+    cispo_clip_low: float = option(
         1.0, "cispo: importance weight >= 1 - cispo_clip_low (1 = no lower bound)", ge=0.0
     )
-    cispo_clip_high: float = _f(4.0, "cispo: importance weight <= 1 + cispo_clip_high", ge=0.0)
-    gmpo_clip_low: float = _f(
+    cispo_clip_high: float = option(4.0, "cispo: importance weight <= 1 + cispo_clip_high", ge=0.0)
+    gmpo_clip_low: float = option(
         0.4, "gmpo: token log-ratio >= -gmpo_clip_low (ratio >= e^-0.4 in the paper)", ge=0.0
     )
-    gmpo_clip_high: float = _f(0.4, "gmpo: token log-ratio <= gmpo_clip_high", ge=0.0)
-    clip_cov_ratio: float = _f(
+    gmpo_clip_high: float = option(0.4, "gmpo: token log-ratio <= gmpo_clip_high", ge=0.0)
+    clip_cov_ratio: float = option(
         2e-4,
         "clip_cov: fraction of completion tokens (at least one) whose gradient is dropped",
         gt=0.0,
         le=1.0,
     )
-    clip_cov_lb: float = _f(1.0, "clip_cov: drop only tokens with covariance >= this")
-    clip_cov_ub: float = _f(5.0, "clip_cov: drop only tokens with covariance <= this")
-    kl_cov_ratio: float = _f(
+    clip_cov_lb: float = option(1.0, "clip_cov: drop only tokens with covariance >= this")
+    clip_cov_ub: float = option(5.0, "clip_cov: drop only tokens with covariance <= this")
+    kl_cov_ratio: float = option(
         2e-3,
         "kl_cov: fraction of completion tokens (at least one), highest covariance first, that "
         "get the KL penalty (paper: 2e-3 for a 7B model, 2e-4 for 32B)",
         gt=0.0,
         le=1.0,
     )
-    kl_cov_coef: float = _f(1.0, "kl_cov: weight of the |log ratio| penalty", ge=0.0)
-    kl_coef: float = _f(
+    kl_cov_coef: float = option(1.0, "kl_cov: weight of the |log ratio| penalty", ge=0.0)
+    kl_coef: float = option(
         0.0, "beta: weight of KL(policy || reference); 0 loads no reference", ge=0.0
     )
-    kl_estimator: str = _f("k3", "KL estimator", choices=list(KL_ESTIMATORS))
-    kl_in_reward: bool = _f(False, "fold the KL penalty into the reward instead of the loss")
-    entropy_coef: float = _f(0.0, "entropy bonus weight (loss - coef * entropy)", ge=0.0)
-    dynamic_sampling: bool = _f(False, "DAPO: drop zero-variance groups and resample to refill")
-    max_sampling_rounds: int = _f(3, "extra generation rounds allowed by dynamic sampling", ge=0)
-    tis_cap: float = _f(
+    kl_estimator: str = option("k3", "KL estimator", choices=list(KL_ESTIMATORS))
+    kl_in_reward: bool = option(False, "fold the KL penalty into the reward instead of the loss")
+    entropy_coef: float = option(0.0, "entropy bonus weight (loss - coef * entropy)", ge=0.0)
+    dynamic_sampling: bool = option(False, "DAPO: drop zero-variance groups and resample to refill")
+    max_sampling_rounds: int = option(
+        3, "extra generation rounds allowed by dynamic sampling", ge=0
+    )
+    tis_cap: float = option(
         2.0,
         "truncated importance sampling: each token's loss is weighted by min(pi_old / "
         "pi_sampler, tis_cap) when the sampler's policy differs from the learner's "
         "(rollout.off_policy_steps=1, rollout.engine=vllm)",
         gt=0.0,
     )
-    mis_cap: float = _f(
+    mis_cap: float = option(
         0.0,
         "masked importance sampling: drop (mask out of the loss) a sequence whose ratio "
         "prod_t pi_old / pi_sampler leaves [1/mis_cap, mis_cap], when the sampler's policy "
@@ -328,46 +346,48 @@ class AlgorithmConfig:
 
 @dataclass
 class OptimizerConfig:
-    lr: float = _f(1e-4, "peak learning rate of AdamW", gt=0.0)
-    weight_decay: float = _f(0.0, "AdamW weight decay", ge=0.0)
-    beta1: float = _f(0.9, "AdamW beta1", ge=0.0, lt=1.0)
-    beta2: float = _f(0.99, "AdamW beta2", ge=0.0, lt=1.0)
-    adam_eps: float = _f(1e-8, "AdamW epsilon", gt=0.0)
-    max_grad_norm: float = _f(1.0, "gradient clipping by global norm (0 = off)", ge=0.0)
-    warmup_steps: int = _f(5, "linear warm-up, optimizer steps", ge=0)
-    schedule: str = _f(
+    lr: float = option(1e-4, "peak learning rate of AdamW", gt=0.0)
+    weight_decay: float = option(0.0, "AdamW weight decay", ge=0.0)
+    beta1: float = option(0.9, "AdamW beta1", ge=0.0, lt=1.0)
+    beta2: float = option(0.99, "AdamW beta2", ge=0.0, lt=1.0)
+    adam_eps: float = option(1e-8, "AdamW epsilon", gt=0.0)
+    max_grad_norm: float = option(1.0, "gradient clipping by global norm (0 = off)", ge=0.0)
+    warmup_steps: int = option(5, "linear warm-up, optimizer steps", ge=0)
+    schedule: str = option(
         "constant", "learning-rate schedule after warm-up", choices=["constant", "linear", "cosine"]
     )
-    min_lr_ratio: float = _f(0.1, "final lr / peak lr for linear and cosine", ge=0.0, le=1.0)
+    min_lr_ratio: float = option(0.1, "final lr / peak lr for linear and cosine", ge=0.0, le=1.0)
 
 
 @dataclass
 class TrainingConfig:
-    steps: int = _f(60, "RL steps (one rollout batch each)", ge=0)
-    seed: int = _f(0, "seed of sampling and initialisation")
-    ppo_epochs: int = _f(1, "mu: optimisation passes over each rollout batch", ge=1)
-    mini_batch_size: int = _f(0, "sequences per optimizer step (0 = the whole batch)", ge=0)
-    micro_batch_size: int = _f(64, "sequences per forward/backward (gradient accumulation)", ge=1)
-    max_consecutive_skips: int = _f(
+    steps: int = option(60, "RL steps (one rollout batch each)", ge=0)
+    seed: int = option(0, "seed of sampling and initialisation")
+    ppo_epochs: int = option(1, "mu: optimisation passes over each rollout batch", ge=1)
+    mini_batch_size: int = option(0, "sequences per optimizer step (0 = the whole batch)", ge=0)
+    micro_batch_size: int = option(
+        64, "sequences per forward/backward (gradient accumulation)", ge=1
+    )
+    max_consecutive_skips: int = option(
         3, "abort after this many optimizer updates in a row skipped for a NaN/inf", ge=1
     )
-    token_budget: int = _f(
+    token_budget: int = option(
         2048,
         "padding-free update: pack prompt+completion rows into micro-batches of at most this "
         "many tokens, block-diagonal attention (0 = off: padded micro-batches); "
         "docs/training-speed.md",
         ge=0,
     )
-    logprob_chunk: int = _f(
+    logprob_chunk: int = option(
         1024, "packed update: completion positions projected to the vocabulary at a time", ge=1
     )
-    share_prompts: bool = _f(
+    share_prompts: bool = option(
         True,
         "packed update: the completions of one prompt attend to a single copy of it, so the "
         "prompt's tokens run once per unit instead of once per row (exact); "
         "docs/training-speed.md",
     )
-    packed_attention: str = _f(
+    packed_attention: str = option(
         "auto",
         "packed update's attention: dense (a [W, W] mask per sequence), segments (each row's "
         "own causal attention, no mask: memory linear in the tokens), flex (FlexAttention, "
@@ -376,19 +396,19 @@ class TrainingConfig:
         "docs/training-speed.md",
         choices=["auto", "dense", "segments", "flex"],
     )
-    skip_zero_advantage: bool = _f(
+    skip_zero_advantage: bool = option(
         True,
         "skip the forward/backward of rows whose advantage is 0 everywhere when their gradient "
         "is exactly zero (no KL loss term, no entropy bonus); entropy and clip statistics are "
         "then over the rows the update ran; docs/training-speed.md",
     )
-    keep_freed_memory: bool = _f(
+    keep_freed_memory: bool = option(
         True,
         "policy on the CPU: keep the memory the process frees for reuse instead of returning "
         "it to the kernel (glibc malloc settings, process-wide), so the blocks each step frees "
         "and allocates again cost no page faults; docs/training-speed.md",
     )
-    map_large_blocks_from: int = _f(
+    map_large_blocks_from: int = option(
         2048,
         "with keep_freed_memory: from this rollout.max_new_tokens on, blocks of 2 MiB or more "
         "are mapped and returned when freed instead of kept, so the heap's holes do not grow "
@@ -399,47 +419,51 @@ class TrainingConfig:
 
 @dataclass
 class EvalConfig:
-    size: int = _f(200, "held-out problems", ge=0)
-    every: int = _f(20, "also evaluate every N steps during training (0 = off)", ge=0)
-    before: bool = _f(True, "evaluate the model before training")
-    after: bool = _f(True, "evaluate the model after training")
-    t1_samples: int = _f(
+    size: int = option(200, "held-out problems", ge=0)
+    every: int = option(20, "also evaluate every N steps during training (0 = off)", ge=0)
+    before: bool = option(True, "evaluate the model before training")
+    after: bool = option(True, "evaluate the model after training")
+    t1_samples: int = option(
         4,
         "samples per problem at temperature 1 for pass1_t1 (0 with eval.k=0: greedy only, no "
         "temperature-1 pass)",
         ge=0,
     )
-    max_new_tokens: int = _f(0, "completion limit in evaluation (0 = rollout.max_new_tokens)", ge=0)
-    k: int = _f(0, "also report pass@k and maj@k from k samples at T=1 (0 = off)", ge=0)
-    budgets: list[int] = _f([128, 256, 512], "report greedy accuracy within these token budgets")
+    max_new_tokens: int = option(
+        0, "completion limit in evaluation (0 = rollout.max_new_tokens)", ge=0
+    )
+    k: int = option(0, "also report pass@k and maj@k from k samples at T=1 (0 = off)", ge=0)
+    budgets: list[int] = option(
+        [128, 256, 512], "report greedy accuracy within these token budgets"
+    )
 
 
 @dataclass
 class LoggingConfig:
-    report_to: list[str] = _f(
+    report_to: list[str] = option(
         ["jsonl"],
         "metric sinks: jsonl (always written), tensorboard, wandb, mlflow",
         choices=["jsonl", "tensorboard", "wandb", "mlflow"],
     )
-    wandb_project: str = _f("rlvr", "W&B project name")
-    wandb_mode: str = _f(
+    wandb_project: str = option("rlvr", "W&B project name")
+    wandb_mode: str = option(
         "offline", "W&B mode (offline needs no network)", choices=["offline", "online", "disabled"]
     )
-    progress: bool = _f(
+    progress: bool = option(
         True, "progress on stderr: a bar on a terminal, else a plain line every ~5% of the steps"
     )
-    samples_every: int = _f(10, "write samples/step-N.jsonl every N steps (0 = off)", ge=0)
+    samples_every: int = option(10, "write samples/step-N.jsonl every N steps (0 = off)", ge=0)
 
 
 @dataclass
 class CheckpointConfig:
-    save_final: bool = _f(True, "save the final model to RUN_DIR/final")
-    every: int = _f(0, "save RUN_DIR/checkpoints/step-N every N steps (0 = off)", ge=0)
-    every_minutes: float = _f(
+    save_final: bool = option(True, "save the final model to RUN_DIR/final")
+    every: int = option(0, "save RUN_DIR/checkpoints/step-N every N steps (0 = off)", ge=0)
+    every_minutes: float = option(
         0.0, "also save when this many minutes passed since the last save (0 = off)", ge=0.0
     )
-    keep_last: int = _f(2, "periodic checkpoints kept", ge=1)
-    deterministic: bool = _f(
+    keep_last: int = option(2, "periodic checkpoints kept", ge=1)
+    deterministic: bool = option(
         False,
         "bit-reproducible runs: deterministic torch algorithms; the wall-clock "
         "metrics (time_*, tokens/s, memory) go to timings.jsonl so metrics.jsonl is identical "
@@ -449,54 +473,60 @@ class CheckpointConfig:
 
 @dataclass
 class DistributedConfig:
-    strategy: str = _f(
+    strategy: str = option(
         "ddp",
         "data-parallel learners under torchrun (WORLD_SIZE > 1): ddp (replicated weights and "
         "optimizer, summed gradients) or fsdp (FSDP2: weights, gradients and AdamW state "
         "sharded over the ranks; a full copy of the weights is kept for generation)",
         choices=["ddp", "fsdp"],
     )
-    backend: str = _f(
+    backend: str = option(
         "auto",
         "torch.distributed backend of data-parallel learners under torchrun: auto = nccl on "
         "CUDA, gloo on CPU",
         choices=["auto", "gloo", "nccl"],
     )
-    ray: bool = _f(False, "rollout and reward workers as Ray actors; this process is the learner")
-    ray_address: str | None = _f(
+    ray: bool = option(
+        False, "rollout and reward workers as Ray actors; this process is the learner"
+    )
+    ray_address: str | None = option(
         None, "Ray cluster to join ('auto' = the running one); unset = start a local cluster"
     )
-    ray_num_cpus: int | None = _f(
+    ray_num_cpus: int | None = option(
         None, "CPUs of a local Ray cluster started by rlvr (unset = all)", ge=1
     )
-    rollout_workers: int = _f(2, "Ray rollout actors; each holds a copy of the policy", ge=1)
-    reward_workers: int = _f(1, "Ray actors that run the verifier", ge=1)
-    cpus_per_worker: float = _f(1.0, "CPUs Ray reserves for each rollout or reward actor", gt=0.0)
-    gpus_per_rollout_worker: float = _f(0.0, "GPUs Ray reserves for each rollout actor", ge=0.0)
-    max_restarts: int = _f(
+    rollout_workers: int = option(2, "Ray rollout actors; each holds a copy of the policy", ge=1)
+    reward_workers: int = option(1, "Ray actors that run the verifier", ge=1)
+    cpus_per_worker: float = option(
+        1.0, "CPUs Ray reserves for each rollout or reward actor", gt=0.0
+    )
+    gpus_per_rollout_worker: float = option(0.0, "GPUs Ray reserves for each rollout actor", ge=0.0)
+    max_restarts: int = option(
         3, "times Ray restarts a dead worker; its batch is retried (same samples)", ge=0
     )
 
 
 @dataclass
 class EnvironmentConfig:
-    name: str = _f(
+    name: str = option(
         "",
         "multi-turn rollouts: '' = none (single-turn), 'python' = a sandboxed python tool the "
         "model calls mid-reasoning, or a user environment 'module:Class' / 'file.py:Class' "
         "(docs/guides/tools.md)",
     )
-    max_turns: int = _f(4, "model turns per completion (tool calls + 1)", ge=1)
-    format: str = _f(
+    max_turns: int = option(4, "model turns per completion (tool calls + 1)", ge=1)
+    format: str = option(
         "tags",
         "python tool call format: tags (<python>..</python> -> <output>..</output>), fenced "
         "(```python blocks), hermes (<tool_call> JSON, output as a chat tool message)",
         choices=["tags", "fenced", "hermes"],
     )
-    timeout_s: float = _f(5.0, "python tool: wall-clock limit per call, seconds", gt=0.0)
-    memory_mb: int = _f(256, "python tool: address-space limit per process, MB", ge=32)
-    max_output_chars: int = _f(1000, "python tool: output shown to the model, characters", ge=16)
-    workers: int = _f(4, "environment steps (tool calls) run at once", ge=1)
+    timeout_s: float = option(5.0, "python tool: wall-clock limit per call, seconds", gt=0.0)
+    memory_mb: int = option(256, "python tool: address-space limit per process, MB", ge=32)
+    max_output_chars: int = option(
+        1000, "python tool: output shown to the model, characters", ge=16
+    )
+    workers: int = option(4, "environment steps (tool calls) run at once", ge=1)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlvr.config import _f
+from rlvr.config import option
 from rlvr.errors import ConfigError, DataError
 from rlvr.rewards.format import FormatVerifier
 
@@ -67,15 +67,19 @@ think_block_format = FormatVerifier(pattern=THINK_BLOCK_PATTERN)
 class RejectionOptions:
     """Which scored completions are kept as SFT data (checks in the module docstring's order)."""
 
-    min_reward: float = _f(1.0, "a completion is correct (kept) when reward >= min_reward")
-    dedup: bool = _f(True, "keep identical completions of a prompt once (whitespace-normalised)")
-    max_per_prompt: int = _f(0, "at most this many kept completions per prompt (0 = no cap)", ge=0)
-    min_tokens: int = _f(0, "drop completions shorter than this many tokens (0 = off)", ge=0)
-    max_tokens: int = _f(0, "drop completions longer than this many tokens (0 = off)", ge=0)
-    require_format: bool = _f(
+    min_reward: float = option(1.0, "a completion is correct (kept) when reward >= min_reward")
+    dedup: bool = option(
+        True, "keep identical completions of a prompt once (whitespace-normalised)"
+    )
+    max_per_prompt: int = option(
+        0, "at most this many kept completions per prompt (0 = no cap)", ge=0
+    )
+    min_tokens: int = option(0, "drop completions shorter than this many tokens (0 = off)", ge=0)
+    max_tokens: int = option(0, "drop completions longer than this many tokens (0 = off)", ge=0)
+    require_format: bool = option(
         False, "keep only completions that open with a well-formed <think>...</think> block"
     )
-    drop_truncated: bool = _f(True, "drop completions cut at the token limit")
+    drop_truncated: bool = option(True, "drop completions cut at the token limit")
 
     def check(self, prefix: str = "RejectionOptions.") -> None:
         """One-line ConfigError for a value out of range; `prefix` names the section."""

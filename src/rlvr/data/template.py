@@ -20,44 +20,11 @@ own methods (`demonstration`, `observe`, ...) see samples with their original pr
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from typing import Any
 
-from rlvr.errors import ConfigError, DataError
-
-FORBIDDEN = ("answer", "tests", "test", "test_list", "expected", "canonical_solution")
-
-
-def check_template(template: str, key: str = "data.prompt_template") -> list[str]:
-    """The field names a template uses; ConfigError when it is malformed or leaks the answer."""
-    try:
-        parsed = [
-            (f, spec, conv)
-            for _, f, spec, conv in string.Formatter().parse(template)
-            if f is not None
-        ]
-    except ValueError as e:
-        raise ConfigError(f"{key}: {e} (write literal braces as {{{{ and }}}})") from None
-    for f, spec, conv in parsed:
-        if conv is not None or spec:
-            placeholder = "{" + f + (f"!{conv}" if conv is not None else "")
-            placeholder += (f":{spec}" if spec else "") + "}"
-            raise ConfigError(
-                f"{key}: {placeholder!r}: conversions and format specs are not supported; "
-                f"expected a plain field name like {{prompt}}"
-            )
-    fields = [f for f, _, _ in parsed]
-    if "prompt" not in fields:
-        raise ConfigError(f"{key}: must contain {{prompt}}, got {template!r}")
-    for f in fields:
-        if not f.isidentifier():
-            raise ConfigError(
-                f"{key}: {'{' + f + '}'!r}: expected a plain field name like {{prompt}}"
-            )
-        if f in FORBIDDEN:
-            raise ConfigError(f"{key}: {{{f}}} would put the reference into the prompt")
-    return fields
+from rlvr.config.checks import check_template  # one check, the config's (it runs at load)
+from rlvr.errors import DataError
 
 
 class TemplatedTask:

@@ -99,11 +99,11 @@ def _schema(kind: str) -> tuple[type, str | None]:
     if kind == "grpo":
         return Config, "data"
     if kind == "sft":
-        from rlvr.training.sft import SFTConfig
+        from rlvr.sft.trainer import SFTConfig
 
         return SFTConfig, "task"
     if kind == "sample":
-        from rlvr.training.sampling import SampleConfig
+        from rlvr.sample.job import SampleConfig
 
         return SampleConfig, "data"
     if kind == "filter":
@@ -236,7 +236,7 @@ class Pipeline:
         started = _read_json(sdir / START_FILE)
         resume = False
         if sdir.exists():
-            from rlvr.training.checkpoint import latest_checkpoint
+            from rlvr.runs.checkpoint import latest_checkpoint
 
             same = started is not None and started.get("fingerprint") == fp and done is None
             resume = same and stage.kind in MODEL_STAGES and latest_checkpoint(sdir) is not None
@@ -298,7 +298,7 @@ class Pipeline:
         return build_verifier(reward.reward.verifier)
 
     def evaluate(self, model: str) -> dict[str, float]:
-        from rlvr.training.evaluate import evaluate_model
+        from rlvr.evaluation.evaluate import evaluate_model
 
         e = self.eval_cfg
         return evaluate_model(
@@ -413,7 +413,7 @@ def _params(n: int | None) -> str:
 
 
 def _eval_line(name: str, e: dict) -> str:
-    from rlvr.training.run import eval_line  # the trainer's line (keys it lacks left out)
+    from rlvr.runs.run import eval_line  # the trainer's line (keys it lacks left out)
 
     return eval_line(name, e)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import DataConfig, EvalConfig, RewardConfig, _f
+from rlvr.config import DataConfig, EvalConfig, RewardConfig, option
 
 Log = Callable[[str], None]
 
@@ -33,14 +33,14 @@ def run_grpo(cfg: Any, run_dir: Path, log: Log, progress: bool, resume: bool) ->
 
 
 def run_sft_stage(cfg: Any, run_dir: Path, log: Log, progress: bool, resume: bool) -> dict:
-    from rlvr.training.sft import run_sft
+    from rlvr.sft.trainer import run_sft
 
     summary = run_sft(cfg, run_dir, log=log, progress=progress, resume=resume)
     return {k: v for k, v in summary.items() if not isinstance(v, dict)}
 
 
 def run_sample_stage(cfg: Any, run_dir: Path, log: Log, progress: bool) -> dict:
-    from rlvr.training.sampling import run_sample
+    from rlvr.sample.job import run_sample
 
     summary = run_sample(cfg, run_dir, log=log, progress=progress)
     return {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
@@ -53,7 +53,7 @@ def filter_schema() -> type:
     """The config of a filter stage: the `filter` section of `rlvr sample`, on its own."""
     import dataclasses
 
-    from rlvr.training.sampling import FilterSection
+    from rlvr.sample.job import FilterSection
 
     return dataclasses.make_dataclass(
         "FilterConfig",
@@ -64,7 +64,7 @@ def filter_schema() -> type:
 
 def run_filter(cfg: Any, samples_path: Path, out_dir: Path, log: Log) -> dict:
     from rlvr.data.datasets import load_rows
-    from rlvr.training.sampling import write_filtered
+    from rlvr.sample.job import write_filtered
 
     rows = load_rows(str(samples_path))
     summary = write_filtered(rows, cfg.filter, out_dir)
@@ -80,7 +80,9 @@ def run_filter(cfg: Any, samples_path: Path, out_dir: Path, log: Log) -> dict:
 
 @dataclass
 class EvalStageConfig:
-    models: list[str] = _f([], "models to evaluate (default: the starting models and every stage)")
+    models: list[str] = option(
+        [], "models to evaluate (default: the starting models and every stage)"
+    )
     data: DataConfig = field(default_factory=DataConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -91,8 +93,8 @@ def run_eval_stage(
 ) -> dict:
     from rlvr.config import ModelConfig
     from rlvr.data.registry import build_task, heldout_size
+    from rlvr.evaluation.evaluate import evaluate_model
     from rlvr.rewards.compose import build_verifier
-    from rlvr.training.evaluate import evaluate_model
 
     task = build_task(cfg.data)
     samples = task.heldout(heldout_size(task, cfg.eval.size))

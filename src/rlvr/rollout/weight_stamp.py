@@ -26,7 +26,7 @@ class Stamp:
     the pointer or the object; wrapping a linear in a LoRA layer replaces the module. Two kinds
     of writes bypass the version counter and are not seen: through `.data`, and torch's fused
     optimizer kernels (AdamW(fused=True) updates in place without bumping it). Their owner says
-    so explicitly: rlvr's trainers step through `rlvr.training.optim.optimizer_step`, which
+    so explicitly: rlvr's trainers step through `rlvr.runs.optim.optimizer_step`, which
     bumps the counters of the parameters a fused step changed; after other such writes call
     `LlamaFamilyDecoder.release(weights=True)` (`FastEngine.release_cache()`). Nothing here
     installs a process-wide hook.

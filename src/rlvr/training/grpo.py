@@ -26,23 +26,19 @@ import torch
 from rlvr.config import Config, dump_yaml, to_dict
 from rlvr.data.registry import build_task
 from rlvr.distributed.world import World, init_world
+from rlvr.evaluation.evaluate import heldout_eval
+from rlvr.forward.packing import attention_pair_cost
+from rlvr.forward.paths import build_forward
 from rlvr.models.loading import resolve_device
 from rlvr.observe.diagnostics import diagnose
 from rlvr.observe.metrics import memory_metrics
 from rlvr.rewards.compose import build_verifier
 from rlvr.rollout import SamplingParams
-from rlvr.training.allocator import keep_freed_memory
-from rlvr.training.checkpoint import save_model
-from rlvr.training.collect import ScoredRollouts, collect
-from rlvr.training.evaluate import heldout_eval
-from rlvr.training.forward import build_forward
-from rlvr.training.learner import Learner
-from rlvr.training.optim import build_optimizer, build_scheduler
-from rlvr.training.packing import attention_pair_cost
-from rlvr.training.policy import build_policy, build_rollout_engine
-from rlvr.training.rl_state import RLCheckpoints
-from rlvr.training.rollouts import build_rollout_source, build_schedule, check_rollout_source
-from rlvr.training.run import (
+from rlvr.runs.allocator import keep_freed_memory
+from rlvr.runs.checkpoint import save_model
+from rlvr.runs.optim import build_optimizer, build_scheduler
+from rlvr.runs.policy import build_policy, build_rollout_engine
+from rlvr.runs.run import (
     CheckpointTriggers,
     EvalSchedule,
     RunLog,
@@ -51,6 +47,10 @@ from rlvr.training.run import (
     eval_line,
     write_summary,
 )
+from rlvr.training.collect import ScoredRollouts, collect
+from rlvr.training.learner import Learner
+from rlvr.training.rl_state import RLCheckpoints
+from rlvr.training.rollouts import build_rollout_source, build_schedule, check_rollout_source
 from rlvr.training.step_metrics import ErrorLog, rollout_metrics, write_samples
 from rlvr.training.update import update
 

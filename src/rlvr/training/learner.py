@@ -20,12 +20,12 @@ from typing import Any
 import torch
 
 from rlvr.distributed.world import World
-from rlvr.training.checkpoint import latest_checkpoint
-from rlvr.training.forward import PackedForward, PaddedForward
-from rlvr.training.logprobs import TokenBatch
-from rlvr.training.optim import optimizer_step
-from rlvr.training.policy import Policy
-from rlvr.training.run import TrainingAborted
+from rlvr.forward.logprobs import TokenBatch
+from rlvr.forward.paths import PackedForward, PaddedForward
+from rlvr.runs.checkpoint import latest_checkpoint
+from rlvr.runs.optim import optimizer_step
+from rlvr.runs.policy import Policy
+from rlvr.runs.run import TrainingAborted
 
 
 class Learner:
@@ -59,7 +59,7 @@ class Learner:
         every pass of the update (the gradient pass, old and reference log-probs, FSDP's idle
         passes) runs here, under the policy's autocast when mixed precision is on; the
         log-probs come back in fp32 (the head and log-softmax run outside autocast,
-        rlvr.training.logprobs) and the loss and backward run after the context is left."""
+        rlvr.forward.logprobs) and the loss and backward run after the context is left."""
         with self.policy.autocast():
             return self.policy.run(self.forward.logprobs, model, unit, **options)
 

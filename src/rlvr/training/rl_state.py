@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlvr.training.checkpoint import (
+from rlvr.runs.checkpoint import (
     incomplete_checkpoints,
     latest_checkpoint,
     load_checkpoint_state,
@@ -22,8 +22,8 @@ from rlvr.training.checkpoint import (
     save_checkpoint,
     truncate_jsonl,
 )
+from rlvr.runs.policy import Policy
 from rlvr.training.learner import Learner
-from rlvr.training.policy import Policy
 
 
 class RLCheckpoints:

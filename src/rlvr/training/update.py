@@ -36,8 +36,8 @@ from rlvr.algorithms import (
 from rlvr.algorithms.names import ADVANTAGE_ESTIMATOR_SPECS, POLICY_LOSS_SPECS
 from rlvr.config import Config
 from rlvr.errors import UserError
+from rlvr.forward.logprobs import make_token_batch
 from rlvr.training.learner import Learner
-from rlvr.training.logprobs import make_token_batch
 
 
 @dataclass

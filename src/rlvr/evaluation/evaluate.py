@@ -379,7 +379,7 @@ def evaluate_config(
     from rlvr.errors import ConfigError
     from rlvr.models.loading import resolve_device
     from rlvr.rewards.compose import build_verifier
-    from rlvr.training.policy import build_policy, build_rollout_engine
+    from rlvr.runs.policy import build_policy, build_rollout_engine
 
     verifier = build_verifier(cfg.reward.verifier)
     task = build_task(cfg.data)

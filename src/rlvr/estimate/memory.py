@@ -316,7 +316,7 @@ def _update(
     shape: ModelShape, plan: RunPlan, b_a: int, gradient_checkpointing: bool
 ) -> dict[str, float]:
     """Activations of the largest micro-batch of the update and its vocabulary temporaries."""
-    from rlvr.training.segment_attention import auto_attention  # torch: only when planning
+    from rlvr.forward.segment_attention import auto_attention  # torch: only when planning
 
     p, c, g = plan.prompt_tokens, plan.max_new_tokens, plan.group_size
     layers, h = shape.num_layers, shape.hidden_size
@@ -359,7 +359,7 @@ def _update(
     }
 
 
-def resolve_precision(precision: str, model: Any, device: str) -> str:
+def planned_precision(precision: str, model: Any, device: str) -> str:
     """The layout to plan: `precision` (the --precision flag) unless 'auto', then what `rlvr
     train` would use for the config's model section on `device` ('cpu'/'cuda'; a CUDA device
     is assumed to support bf16)."""

@@ -34,16 +34,16 @@ import torch.nn.functional as F
 from rlvr.config import dump_yaml, to_dict
 from rlvr.config.checks import precision_warning
 from rlvr.errors import ConfigError, UserError
-from rlvr.training.allocator import keep_freed_memory
-from rlvr.training.checkpoint import (
+from rlvr.forward.packing import block_causal_mask
+from rlvr.runs.allocator import keep_freed_memory
+from rlvr.runs.checkpoint import (
     check_same_config,
     latest_checkpoint,
     save_checkpoint,
     truncate_jsonl,
 )
-from rlvr.training.optim import optimizer_step
-from rlvr.training.packing import block_causal_mask
-from rlvr.training.run import (
+from rlvr.runs.optim import optimizer_step
+from rlvr.runs.run import (
     CheckpointTriggers,
     EvalSchedule,
     RunLog,
@@ -51,8 +51,8 @@ from rlvr.training.run import (
     eval_line,
     write_summary,
 )
-from rlvr.training.sft_config import DEFAULT_EVAL_TOKENS, SFTConfig
-from rlvr.training.sft_data import (
+from rlvr.sft.config import DEFAULT_EVAL_TOKENS, SFTConfig
+from rlvr.sft.data import (
     IGNORE_INDEX,
     PackedBatch,
     SFTData,
@@ -204,7 +204,7 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
     )
     from rlvr.rewards.compose import build_verifier
     from rlvr.rollout import build_engine
-    from rlvr.training.optim import build_optimizer, build_scheduler
+    from rlvr.runs.optim import build_optimizer, build_scheduler
 
     t = cfg.training
     torch.manual_seed(t.seed)
@@ -293,7 +293,7 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
 def evaluate_sft(run: SFTRun) -> dict[str, float]:
     """Held-out problems through `evaluate` (as `rlvr train` does), plus `loss`: the mean
     completion NLL of the held-out SFT rows (data.eval_path), when there are any."""
-    from rlvr.training.evaluate import evaluate
+    from rlvr.evaluation.evaluate import evaluate
 
     cfg, out = run.cfg, {}
     if run.heldout:
@@ -403,7 +403,7 @@ def run_sft(
     """
     from rlvr.models.lora import trainable_parameters
     from rlvr.observe.metrics import memory_metrics
-    from rlvr.training.checkpoint import save_model
+    from rlvr.runs.checkpoint import save_model
 
     start = time.perf_counter()
     ckpt = None

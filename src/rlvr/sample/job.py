@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import DataConfig, ModelConfig, RewardConfig, _f, validate_model
+from rlvr.config import DataConfig, ModelConfig, RewardConfig, option, validate_model
 from rlvr.data.registry import heldout_size
 from rlvr.data.rejection import (
     RejectionOptions,
@@ -65,28 +65,32 @@ MAX_DRAWS_PER_PROMPT = 20  # train split: draws allowed per wanted prompt before
 
 @dataclass
 class SamplingConfig:
-    k: int = _f(8, "completions sampled per prompt", ge=1)
-    num_prompts: int = _f(256, "distinct prompts to sample", ge=1)
-    split: str = _f(
+    k: int = option(8, "completions sampled per prompt", ge=1)
+    num_prompts: int = option(256, "distinct prompts to sample", ge=1)
+    split: str = option(
         "train",
         "prompts from the training stream or the held-out set",
         choices=["train", "heldout"],
     )
-    temperature: float = _f(1.0, "sampling temperature (0 = greedy)", ge=0.0)
-    top_p: float = _f(1.0, "nucleus sampling threshold (1 = off)", gt=0.0, le=1.0)
-    top_k: int = _f(0, "top-k sampling (0 = off)", ge=0)
-    max_new_tokens: int = _f(64, "completion length limit, tokens", ge=1)
-    max_batch_size: int = _f(256, "rows (prompt x completion) decoded together", ge=1)
-    engine: str = _f("fast", "generation engine (docs/rollout.md)", choices=["hf", "fast", "vllm"])
-    seed: int = _f(0, "seed of the prompt draw (train split) and of sampling")
+    temperature: float = option(1.0, "sampling temperature (0 = greedy)", ge=0.0)
+    top_p: float = option(1.0, "nucleus sampling threshold (1 = off)", gt=0.0, le=1.0)
+    top_k: int = option(0, "top-k sampling (0 = off)", ge=0)
+    max_new_tokens: int = option(64, "completion length limit, tokens", ge=1)
+    max_batch_size: int = option(256, "rows (prompt x completion) decoded together", ge=1)
+    engine: str = option(
+        "fast", "generation engine (docs/rollout.md)", choices=["hf", "fast", "vllm"]
+    )
+    seed: int = option(0, "seed of the prompt draw (train split) and of sampling")
 
 
 @dataclass
 class FilterSection(RejectionOptions):
     """The rejection options plus the pass-rate band of the curriculum (both edges inclusive)."""
 
-    band_low: float = _f(0.1, "curriculum keeps prompts with pass rate >= band_low", ge=0.0, le=1.0)
-    band_high: float = _f(
+    band_low: float = option(
+        0.1, "curriculum keeps prompts with pass rate >= band_low", ge=0.0, le=1.0
+    )
+    band_high: float = option(
         0.9, "curriculum keeps prompts with pass rate <= band_high", ge=0.0, le=1.0
     )
 

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from rlvr.errors import ConfigError, DataError
-from rlvr.training.packing import pack
-from rlvr.training.sft_config import SFTConfig, SFTDataConfig
+from rlvr.forward.packing import pack
+from rlvr.sft.config import SFTConfig, SFTDataConfig
 
 IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt and padding)
 

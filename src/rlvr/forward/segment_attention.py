@@ -1,6 +1,6 @@
 """Attention of packed rows without a dense mask: each row attends over its own tokens only.
 
-The packed update lays rows out back to back (rlvr.training.packing): a token attends causally
+The packed update lays rows out back to back (rlvr.forward.packing): a token attends causally
 within its own segment and, for a completion of a shared-prompt unit, to the whole prompt (its
 parent segment, which precedes it). The reference path expresses this as a dense [S, 1, W, W]
 additive mask (`block_causal_mask`): W² floats per sequence (1 GiB at W = 16k) and attention
@@ -342,7 +342,7 @@ def attention_method(
 def auto_attention(width: int, sequences: int, pairs: int) -> str:
     """`training.packed_attention=auto` for `sequences` packed sequences of width `width` whose
     segment rows attend over `pairs` (query, key) pairs (segment_pairs): "dense" or "segments".
-    Also what `rlvr estimate` plans (rlvr.training.memory)."""
+    Also what `rlvr estimate` plans (rlvr.estimate.memory)."""
     if width <= DENSE_MAX_WIDTH:
         return "dense"
     if width <= DENSE_SHARED_MAX_WIDTH and pairs > sequences * width * width:

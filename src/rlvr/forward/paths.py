@@ -8,11 +8,11 @@ Both paths share one interface, chosen by `training.token_budget`:
 
 - `PaddedForward` (token_budget = 0): slices of `micro_batch_size` rows of the padded
   [left-padded prompt | right-padded completion] layout; one forward with
-  `logits_to_keep = C + 1` (rlvr.training.logprobs).
+  `logits_to_keep = C + 1` (rlvr.forward.logprobs).
 - `PackedForward` (token_budget > 0, the default): rows packed without padding into
   micro-batches of at most `token_budget` tokens, block-diagonal attention, one prompt copy per
   shared-prompt unit; log-probs from the decoder's hidden states at completion positions only,
-  projected to the vocabulary in chunks (rlvr.training.packing). The attention of a micro-batch
+  projected to the vocabulary in chunks (rlvr.forward.packing). The attention of a micro-batch
   follows `training.packed_attention` and its layout (`attention_method`: under `auto` the dense
   mask up to 384 positions, and up to 4096 where the mask-free rows would attend over more
   pairs, as with long shared prompts; mask-free segments otherwise). Before its first unit it
@@ -30,14 +30,14 @@ import torch
 
 from rlvr.config import Config
 from rlvr.errors import ConfigError
-from rlvr.training.logprobs import TokenBatch, check_output_head, completion_logprobs
-from rlvr.training.packing import (
+from rlvr.forward.logprobs import TokenBatch, check_output_head, completion_logprobs
+from rlvr.forward.packing import (
     PackedRows,
     pack_rows,
     packed_completion_logprobs,
     packed_micro_batches,
 )
-from rlvr.training.segment_attention import attention_method, flex_unavailable
+from rlvr.forward.segment_attention import attention_method, flex_unavailable
 
 Unit = TokenBatch | PackedRows
 

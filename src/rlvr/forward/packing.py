@@ -28,7 +28,7 @@ an eighth of it, up to a whole group) is chosen by a cost model: forward tokens 
 attention pairs of the dense mask, weighted by `pair_cost`.
 
 The 4D mask is the reference path; `packed_completion_logprobs(attention="segments" | "flex")`
-runs the same attention without it (rlvr.training.segment_attention: memory linear in the
+runs the same attention without it (rlvr.forward.segment_attention: memory linear in the
 tokens, chosen by width under `training.packed_attention=auto`).
 
 The SFT trainer uses `pack` and `block_causal_mask`; the GRPO trainer `packed_micro_batches` and
@@ -43,8 +43,8 @@ from typing import Any
 
 import torch
 
-from rlvr.training.logprobs import chunked_token_logprobs, final_hidden_states
-from rlvr.training.segment_attention import packed_attention_inputs
+from rlvr.forward.logprobs import chunked_token_logprobs, final_hidden_states
+from rlvr.forward.segment_attention import packed_attention_inputs
 
 
 def pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
@@ -484,7 +484,7 @@ def packed_completion_logprobs(
     Only the K completion-predicting positions are projected to the vocabulary, in chunks of
     `chunk_size` (see chunked_token_logprobs). Entropy as in completion_logprobs. `attention`:
     "dense" (the [S, 1, W, W] mask of block_causal_mask) or a mask-free method of
-    rlvr.training.segment_attention ("segments", "flex"); the same result within fp32 rounding.
+    rlvr.forward.segment_attention ("segments", "flex"); the same result within fp32 rounding.
     """
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype

@@ -1,0 +1,1 @@
+"""Memory planning (`rlvr estimate`): what a config needs, before anything is loaded."""

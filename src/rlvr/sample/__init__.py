@@ -1,0 +1,1 @@
+"""Rejection sampling (`rlvr sample`): generate, score, filter and write rows for SFT."""
