@@ -618,3 +618,18 @@ def test_a_verdict_with_an_unreadable_number_is_no_verdict():
     assert parse_verdict(b"3 3\nok", 3) == (3, "ok")
     assert parse_verdict(b"1" * 5000 + b" 3\n", 3) is None
     assert parse_verdict("\u0663 3\n".encode(), 3) is None
+
+
+@pytest.mark.parametrize(
+    "tail",
+    ['x = f"' + "{a}" * 200_000 + '"', "f()\n" * 250_000],
+    ids=["f-string-of-200k-fields", "1-mb-of-calls"],
+)
+def test_a_huge_program_is_not_parsed_outside_the_time_limit(verifier, tail):
+    """Whether the block defines the entry point is decided in the scoring process, before the
+    sandbox's limit applies: CPython's parser took 29 s on the f-string (quadratic)."""
+    block = "def add(a, b):\n    return a - b\n" + tail
+    started = time.monotonic()
+    score = verifier.score("```python\n" + block + "\n```", ADD)
+    assert time.monotonic() - started < TIMEOUT_S + 5.0, score
+    assert score.reward == 0.0

@@ -320,6 +320,16 @@ ONE = {"type": "object", "properties": {"n": {"const": 1}}, "required": ["n"]}
         '"x", {"n": 1}',
         '{"n": 1} ]',
         '[\n{"n": 1}',
+        # the same hedge with a blank JSON does not know between: no-break, zero-width and
+        # ideographic spaces, line and paragraph separators, controls, a BOM; full-width signs
+        *(
+            f'{{"n": 0}},{gap}{{"n": 1}}'
+            for gap in "\u00a0\u2028\u3000\ufeff\u200b\x0b\x0c\x1c\x85"
+        ),
+        '{"n": 0}\u00a0, {"n": 1}',
+        '{"n": 0}\uff0c{"n": 1}',
+        '{"n": 0}\u3001{"n": 1}',
+        '\uff3b{"n": 1}\uff3d',
     ],
     ids=short,
 )

@@ -236,13 +236,35 @@ def prompt_code(prompt: str) -> str:
     return blocks[-1] if blocks else prompt
 
 
+# Above this size `_defines` reads the block's lines instead of parsing it: CPython's parser is
+# quadratic on some inputs (an f-string of 200,000 `{a}` fields took 29 s) and runs here, in the
+# scoring process, before the sandbox's time limit applies.
+PARSE_MAX_CHARS = 20_000
+
+
 def _defines(block: str, name: str | None) -> bool:
-    """True if `block` parses and defines `name` at top level (a def or an assignment)."""
+    """True if `block` defines `name` at top level (a def, class, import or assignment): by
+    parsing it, or, for a block over PARSE_MAX_CHARS, by a linear scan of its unindented
+    lines. Either reading only decides whether the prompt's code goes first; a wrong "no" puts
+    the prompt's function before the block's own, which then replaces it."""
+    if name is None:
+        return False
+    if len(block) > PARSE_MAX_CHARS:
+        return _defines_by_lines(block, name)
     try:
         tree = ast.parse(block)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return name in _bound_names(tree)
+
+
+def _defines_by_lines(block: str, name: str) -> bool:
+    word = re.escape(name)
+    binding = re.compile(
+        rf"(?:async[ \t]+)?def[ \t]+{word}\b|class[ \t]+{word}\b|{word}[ \t]*(?::[^=\n]*)?=(?!=)"
+        rf"|(?:from[ \t]+\S+[ \t]+)?import[ \t][^\n#]*\b{word}\b"
+    )
+    return any(binding.match(line) for line in block.split("\n"))
 
 
 def parse_verdict(output: bytes, total: int) -> tuple[int, str] | None:

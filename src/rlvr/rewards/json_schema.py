@@ -52,6 +52,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -186,19 +187,43 @@ def object_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+_COMMAS = ",\uff0c\u3001\ufe50\uff64\u060c"  # and full-width, ideographic, Arabic commas
+_OPENS, _CLOSES = "[\uff3b", "]\uff3d"
+
+
+def _blank(ch: str) -> bool:
+    """Space as a reader sees it: any whitespace, separator or invisible format character."""
+    return ch.isspace() or unicodedata.category(ch) in ("Cf", "Zs", "Zl", "Zp", "Cc")
+
+
+def _rstrip_blank(text: str) -> str:
+    end = len(text)
+    while end and _blank(text[end - 1]):
+        end -= 1
+    return text[:end]
+
+
+def _lstrip_blank(text: str) -> str:
+    start = 0
+    while start < len(text) and _blank(text[start]):
+        start += 1
+    return text[start:]
+
+
 def in_a_sequence(text: str, start: int, end: int) -> bool:
     """Whether the object at text[start:end] stands where JSON puts an array element: after
-    `[`, before `]`, or beside a comma with a JSON value on its other side (JSON whitespace
-    between). `[{"n": 0}, {"n": 1}]` names two answers (a hedge), `[{"n": 1}]` is an array,
+    `[`, before `]`, or beside a comma with a JSON value on its other side (any blank between:
+    whitespace, no-break and zero-width spaces, controls; full-width brackets and commas count).
+    `[{"n": 0}, {"n": 1}]` names two answers (a hedge), `[{"n": 1}]` is an array,
     which is not an answer, and neither is the last object of a list that is not whole
     (`{"n": 0}, {"n": 1}]`). Prose commas stay prose: `Sure, {"n": 1}, as asked.`"""
-    head = text[:start].rstrip(JSON_SPACE)
-    tail = text[end:].lstrip(JSON_SPACE)
-    if head.endswith("[") or tail.startswith("]"):
+    head = _rstrip_blank(text[:start])
+    tail = _lstrip_blank(text[end:])
+    if head[-1:] and head[-1] in _OPENS or tail[:1] and tail[0] in _CLOSES:
         return True
-    if head.endswith(",") and head[:-1].rstrip(JSON_SPACE)[-1:] in _VALUE_END:
+    if head[-1:] and head[-1] in _COMMAS and _rstrip_blank(head[:-1])[-1:] in _VALUE_END:
         return True
-    return tail.startswith(",") and tail[1:].lstrip(JSON_SPACE)[:1] in _VALUE_START
+    return bool(tail[:1]) and tail[0] in _COMMAS and _lstrip_blank(tail[1:])[:1] in _VALUE_START
 
 
 def final_object(completion: str, max_chars: int) -> tuple[dict[str, Any] | None, str]:

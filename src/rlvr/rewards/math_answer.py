@@ -447,6 +447,12 @@ def restated_answers(text: str, max_answers: int, max_answer_chars: int) -> list
 # A leading zero group is never a thousands group: "0,111" is never 111.
 _SEPARATOR = r"(?:,|\s?\{\s?,\s?\}\s?|\\,|\\ |\\!| |\u2009)"
 _THOUSANDS = re.compile(rf"[+-]?[1-9]\d{{0,2}}(?:{_SEPARATOR}\d{{3}})+(?:\.\d+)?")
+# Two numbers side by side with only spacing between (`2 \, 3`, `10 \quad -5`, a line break):
+# neither a product nor a list, and math-verify sums them. Thousands groups are read first.
+_JUXTAPOSED = re.compile(
+    r"(?<![_^\d.])\d+(?:\.\d+)?(?:\s|\\[,;:!> ]|\\(?:q?quad|thinspace|medspace|thickspace"
+    r"|enspace|negthinspace|nobreakspace)(?![A-Za-z])|~)+[-+]?\.?\d"
+)
 _PERCENT_WORD = re.compile(
     r"(?<=[\d})])\s*(?:\\(?:text|textnormal|textrm|mathrm|mbox)\s*\{\s*)?"
     r"(?:per\s?cent(?:age)?|pct)(?![A-Za-z])(?:\s*\})?",
@@ -513,6 +519,8 @@ def normalize(text: str, reference: bool = False) -> str:
     s = read.strip()
     if _THOUSANDS.fullmatch(s):
         s = re.sub(_SEPARATOR, "", s)
+    elif not reference and _JUXTAPOSED.search(s):
+        return UNREADABLE
     if m := _SCIENTIFIC.fullmatch(s):
         return f"{m.group(1)}\\times 10^{{{m.group(2)}}}"
     if _WORDS.fullmatch(s) and s.lower() not in _PLAIN_WORDS:

@@ -116,7 +116,8 @@ HEDGES = frozenset(
 # Only after the final answer: doubt and second thoughts ("\\boxed{5}, no wait, 6").
 _TAIL_ONLY = frozenset(
     "wait actually hmm hm hmmm um uh oops think thinking believe suspect suppose except rather "
-    "else vs versus".split()
+    "else vs versus but also too though although however whereas when whenever if thru through "
+    "till until up".split()
 )
 _CJK_HEDGES = ("或", "还是", "還是", "可能", "也许", "也許", "大概", "大约", "左右", "不", "没",
                "吗", "嗎", "または", "もしくは", "たぶん", "多分", "おそらく", "約", "또는", "혹은",
@@ -139,7 +140,7 @@ _LEAD_HEDGES = frozenset(
 PROSE_LEAD_HEDGES = _LEAD_HEDGES | frozenset(
     "about approximately approx around roughly nearly almost circa least most more less fewer "
     "than under over below above exceeding within ungefähr etwa environ circa примерно около "
-    "unos alrededor".split()
+    "unos alrededor thru through till until except".split()
 )
 _HEDGE_SIGN = re.compile(r"[?¿±∓≈≃≅≠≤≥]")
 _PLUS = re.compile(r"\s*\$?\s*\+")  # "\\boxed{5}+": five or more
@@ -203,7 +204,8 @@ _NUMBER_WORDS.update({w: str(10 * k) for k, w in enumerate("seventy eighty ninet
 # Words that scale or change a number: a hedge, not a value to compare.
 _MULTIPLIERS = frozenset(
     "half halves hundred hundreds thousand thousands million millions billion billions trillion "
-    "dozen dozens twice triple thrice squared cubed quarter quarters".split()
+    "dozen dozens twice triple thrice squared cubed quarter quarters pair pairs couple couples "
+    "gross".split()
 )
 # "one" as a pronoun: "the one", "one can check".
 _PRONOUN_ONE = re.compile(
@@ -220,7 +222,13 @@ _APPROXIMATION = re.compile(
 )
 _REJECTION = re.compile(rf"^[\s,;]*(?:and\s+)?not\s+\$?{_NUMBER}\$?(?=\s*[.!]?\s*$)", re.I)
 # A number that counts something: a word follows it, other than one that states it ("6 is").
-_COUNTED = re.compile(r"\s*-?\s*(?!(?:is|are|was|were|be|equals)\b)[^\W\d_]{2}", re.IGNORECASE)
+# Words that state a value or offer it ("6 also works", "6 would fit") are no count.
+_COUNTED = re.compile(
+    r"\s*-?\s*(?!(?:is|are|was|were|be|been|equals|also|too|works?|fits?|instead|would|could"
+    r"|might|may|will|shall|should|must|can|seems?|looks?|does|did|do|as|makes?|gives?|holds?"
+    r"|satisfies|satisfy|solves?|checks?|matches|match|remains?|stays?)\b)[^\W\d_]{2}",
+    re.IGNORECASE,
+)
 # "\\boxed{9} \\pmod{11}": the modulus of a congruence, no other value
 _MODULUS = re.compile(r"\\[pb]?mod(?![A-Za-z])\s*(?:\{[^{}]{0,40}\}|\d+)")
 _EQUIVALENTLY = re.compile(r"(?i)\bor\s*,?\s*(?=equivalently\b)")

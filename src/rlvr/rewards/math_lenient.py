@@ -36,6 +36,7 @@ the regexes scan model text of any length and not all of them run in linear time
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 from itertools import groupby
 from typing import Any
@@ -231,6 +232,8 @@ def hedged_in_prose(text: str, lo: int, hi: int) -> str:
     the final answer that the strict reading refuses ("5. Hmm, maybe 6"). ", not 6" right after
     it rejects a value; "not 10 which is 7" rejects 10 and states 7."""
     start = max(0, lo - 100)
+    if joined := _joined_character(text, lo, hi):
+        return joined
     if _SIGN_BEFORE.search(text, start, lo):
         return "a sign before the answer"
     if hedge := lead_in_hedge(text[start:lo], PROSE_LEAD_HEDGES):
@@ -245,7 +248,31 @@ def hedged_in_prose(text: str, lo: int, hi: int) -> str:
     for word in _WORD_TOKEN.findall(scanned(after.group() if after else "")):
         if word.lower() in HEDGES:
             return f"hedge after the answer: {word!r}"
-    return tail_reading(text[after.end() if after else rest :], 0)[1]
+    # what follows in its sentence and the next, as after a box: another value ("5 | 6", "5
+    # [6]", "5 when n is odd and 6 when n is even") or a second thought is a hedge
+    values, problem = tail_reading(text[rest:], 4)
+    if problem:
+        return problem
+    if values:
+        return f"another value after the answer: {values[0]!r}"
+    return ""
+
+
+def _joined_character(text: str, lo: int, hi: int) -> str:
+    """A character that joins the answer at text[lo:hi] to more, or hides what it is: a
+    non-ASCII sign, digit form, dash or mark right beside it ("5−6", "5·6", "5⁶", "5⅚", "5̸"),
+    or an invisible format character (U+200B, U+00AD, a bidirectional override) in its
+    sentence. The lenient reading would take the ASCII number and drop the rest. A currency
+    sign or a degree sign beside it is a unit ("1,000.99€", "90°")."""
+    for ch in (text[hi : hi + 1], text[lo - 1 : lo] if lo else ""):
+        if ch and not ch.isascii() and not ch.isspace():
+            kind = unicodedata.category(ch)
+            if kind[0] not in "LZ" and kind != "Sc" and ch not in "°℃℉" or kind == "Lm":
+                return f"a character joined to the answer: {ch!r}"
+    around = text[max(0, lo - 100) : hi + 100]
+    if any(unicodedata.category(ch) == "Cf" for ch in around):
+        return "an invisible format character beside the answer"
+    return ""
 
 
 def _read_line(line: str, max_answers: int, max_answer_chars: int) -> Extraction:

@@ -80,7 +80,8 @@ HEDGE_WORDS = frozenset(
     "ninety hundred hundreds thousand thousands million millions billion billions trillion dozen "
     "dozens half halves third thirds fourth fourths fifth fifths sixth sixths seventh sevenths "
     "eighth eighths ninth ninths tenth tenths hundredth hundredths thousandth thousandths twice "
-    "double triple thrice squared cubed factorial inverse reciprocal negative".split()
+    "double triple thrice squared cubed factorial inverse reciprocal negative pair pairs couple "
+    "couples score scores gross".split()
 )
 # Inside a text group these name a value too (`5 \text{ e}` is no unit).
 _VALUE_WORDS = frozenset({"e", "i", "pi", "infinity", "infty", "inf"})
