@@ -254,3 +254,22 @@ def test_relative_imports_resolve_to_the_package():
     assert resolve_from("rlvr.rewards.compose", path, node[1]) == "rlvr"
     init = ROOT / "rewards" / "__init__.py"
     assert resolve_from("rlvr.rewards", init, node[0]) == "rlvr.rewards.base"
+
+
+def test_every_package_directory_has_an_init_and_is_tracked():
+    """setuptools' package discovery (and mkdocstrings) skip a directory without __init__.py,
+    which Python would still import as a namespace package: a wheel would lack it."""
+    import subprocess
+
+    listed = subprocess.run(
+        ["git", "ls-files", "src/rlvr"], cwd=REPO, capture_output=True, text=True
+    )
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    tracked = set(listed.stdout.split())
+    missing = []
+    for directory in {p.parent for p in ROOT.rglob("*.py") if "__pycache__" not in p.parts}:
+        init = (directory / "__init__.py").relative_to(REPO).as_posix()
+        if init not in tracked:
+            missing.append(init)
+    assert not missing, f"package directories without a tracked __init__.py: {sorted(missing)}"

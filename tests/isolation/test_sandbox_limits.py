@@ -284,13 +284,21 @@ def test_launch_cgroups_are_reused_emptied_and_removed_at_the_end(sandbox):
     if home is None:
         pytest.skip("no memory cgroup for this process here")
     cgroups = pool(home)
+
+    def settled() -> list[Path]:
+        deadline = time.monotonic() + 10
+        while cgroups.leased and time.monotonic() < deadline:  # given back by a reaping thread
+            time.sleep(0.01)
+        assert not cgroups.leased
+        return _launch_cgroups(home)
+
+    before = settled()  # earlier tests' concurrent launches may have made several
     for _ in range(4):
         run(sandbox, "import os\nfor _ in range(8):\n    os.fork() or os._exit(0)\n")
-    deadline = time.monotonic() + 10
-    while cgroups.leased and time.monotonic() < deadline:  # given back by a reaping thread
-        time.sleep(0.01)
-    made = _launch_cgroups(home)
-    assert not cgroups.leased and 1 <= len(made) <= 2  # reused, not one per launch
+    made = settled()
+    # reused, not one per launch: at most one more, for a launch that starts while the one
+    # before is still being reaped
+    assert 1 <= len(made) <= max(len(before), 1) + 1
     for path in made:
         assert (path / "cgroup.procs").read_text().split() == []  # nothing of a launch left
     cgroups.close()  # what runs at exit
