@@ -3,7 +3,7 @@
 Packages sit on floors, lowest first; a package may import itself and packages on strictly lower
 floors only (so packages on one floor do not import each other):
 
-    errors < {algorithms, isolation, plugins} < config < {rewards, observe}
+    errors < {algorithms, isolation, markup, plugins} < config < {rewards, observe}
       < {data, environments} < models < {rollout, forward} < distributed < runs
       < {evaluation, estimate, sample} < {training, sft} < pipeline < commands < cli
       < __main__
@@ -17,10 +17,9 @@ verifier specs) are not imports.
 Also checked: no cycle in the module import graph (an import of `rlvr.a.b` is an edge to module
 `rlvr.a.b`, `from rlvr.a import b` to `rlvr.a.b` when that is a module, else to `rlvr.a`); no
 source file in src/ over 600 lines (`.py` and `.yaml`: the embedded models' weights and
-tokenizers are data); and `isolation/`, `plugins.py`, `rewards/`, `environments/`, `config/` and
-`algorithms/names.py`
-never import torch, transformers or numpy, so a verifier or a config runs where none of them
-is installed.
+tokenizers are data); and `isolation/`, `markup.py`, `plugins.py`, `rewards/`, `environments/`,
+`config/` and `algorithms/names.py` never import torch, transformers or numpy, so a verifier
+or a config runs where none of them is installed.
 
 docs/architecture.md ("Floors") shows the same order as above; a test keeps the two equal.
 """
@@ -231,7 +230,7 @@ def test_no_source_file_is_over_the_line_limit():
     assert not long, f"files over {MAX_LINES} lines (split them):\n  " + "\n  ".join(long)
 
 
-LIGHT_PACKAGES = ("isolation", "plugins", "rewards", "environments", "config")
+LIGHT_PACKAGES = ("isolation", "markup", "plugins", "rewards", "environments", "config")
 LIGHT = [m for m in MODULES if package_of(m) in LIGHT_PACKAGES] + [
     "rlvr.algorithms.names",
 ]

@@ -6,7 +6,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import rlvr.models.embedded as embedded
-from rlvr.data.tasks.addition import THINK_CLOSE, THINK_OPEN, AdditionTask
+from rlvr.data.tasks.addition import AdditionTask
+from rlvr.markup import THINK_CLOSE, THINK_OPEN
 from rlvr.models.embedded import build, embedded_model_path
 from rlvr.rewards.exact import exact_answer_reward, extract_final_answer
 

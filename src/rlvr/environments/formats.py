@@ -46,6 +46,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlvr.errors import ConfigError
+from rlvr.markup import (
+    OUTPUT_CLOSE,
+    OUTPUT_OPEN,
+    PYTHON_CLOSE,
+    PYTHON_OPEN,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+)
 
 PYTHON_TOOL_SCHEMA = {
     "type": "function",
@@ -100,7 +108,7 @@ def _closing_marker(turn: str, marker: str) -> int | None:
 
 
 def _tags_call(turn: str) -> str | None:
-    opener, closer = "<python>", "</python>"
+    opener, closer = PYTHON_OPEN, PYTHON_CLOSE
     if _closing_marker(turn, closer) is None:
         return None
     # The markers alternate, opener first, exactly when the text before the first opener holds
@@ -133,7 +141,7 @@ def _fenced_call(turn: str) -> str | None:
 
 
 def _hermes_call(turn: str) -> str | None:
-    opener, closer = "<tool_call>", "</tool_call>"
+    opener, closer = TOOL_CALL_OPEN, TOOL_CALL_CLOSE
     end = _closing_marker(turn, closer)
     if end is None:
         return None
@@ -179,11 +187,11 @@ def _json(text: str) -> object:
 FORMATS = {
     "tags": ToolFormat(
         "tags",
-        stop=("</python>",),
+        stop=(PYTHON_CLOSE,),
         role=None,
         _find=_tags_call,
-        _open="<output>",
-        _close="</output>",
+        _open=OUTPUT_OPEN,
+        _close=OUTPUT_CLOSE,
     ),
     "fenced": ToolFormat(
         "fenced",

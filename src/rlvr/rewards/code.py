@@ -41,6 +41,7 @@ from typing import Any
 
 from rlvr.errors import ConfigError, DataError
 from rlvr.isolation.sandbox import CaseResult, Program, Sandbox, SandboxLimits
+from rlvr.markup import THINK_CLOSE
 from rlvr.rewards.base import Score
 from rlvr.rewards.code_asserts import AssertTests, is_assert_form, parse_assert_tests, parse_verdict
 
@@ -86,7 +87,7 @@ def extract_code(
     for language in languages:
         for tag in language.fence_tags:
             by_tag.setdefault(tag, language)
-    text = completion.rsplit("</think>", 1)[-1]
+    text = completion.rsplit(THINK_CLOSE, 1)[-1]
     found, fence, tag, lines = None, "", "", []
     for line in text.split("\n"):
         match = _fence(line)

@@ -33,10 +33,9 @@ from fractions import Fraction
 from typing import Any
 
 from rlvr.errors import DataError
+from rlvr.markup import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
 from rlvr.rewards.base import Score
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-TAG_OPEN, TAG_CLOSE = "<answer>", "</answer>"
 _ALLOWED = re.compile(r"[0-9+\-*/() ]*")
 _TRAILING_TARGET = re.compile(r"^(.*?)\s*=\s*([0-9]+)\s*$", re.DOTALL)
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
@@ -48,12 +47,12 @@ def final_answer_text(completion: str) -> str | None:
     rest = completion[close + len(THINK_CLOSE) :] if close >= 0 else completion
     if THINK_OPEN in rest:
         return None
-    opens, closes = rest.count(TAG_OPEN), rest.count(TAG_CLOSE)
+    opens, closes = rest.count(ANSWER_OPEN), rest.count(ANSWER_CLOSE)
     if opens or closes:
-        start, end = rest.find(TAG_OPEN), rest.find(TAG_CLOSE)
+        start, end = rest.find(ANSWER_OPEN), rest.find(ANSWER_CLOSE)
         if opens != 1 or closes != 1 or end < start:
             return None
-        rest = rest[start + len(TAG_OPEN) : end]
+        rest = rest[start + len(ANSWER_OPEN) : end]
     return rest.strip()
 
 

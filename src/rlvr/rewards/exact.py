@@ -45,13 +45,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlvr.errors import DataError
+from rlvr.markup import (
+    OUTPUT_CLOSE,
+    OUTPUT_OPEN,
+    PYTHON_CLOSE,
+    PYTHON_OPEN,
+    THINK_CLOSE,
+    THINK_OPEN,
+)
 
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
-PYTHON_OPEN = "<python>"  # a tool call: generation stops at PYTHON_CLOSE, the code is run
-PYTHON_CLOSE = "</python>"
-OUTPUT_OPEN = "<output>"  # the environment's observation: what the code printed
-OUTPUT_CLOSE = "</output>"
 _TOOL_TAGS = (THINK_OPEN, THINK_CLOSE, PYTHON_OPEN, PYTHON_CLOSE, OUTPUT_OPEN, OUTPUT_CLOSE)
 _INTEGER = re.compile(r"-?[0-9]+")
 _SIGNED_INTEGER = re.compile(r"[+-]?[0-9]+")

@@ -29,6 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from rlvr.errors import DataError
+from rlvr.markup import THINK_CLOSE, THINK_OPEN
 
 SCRIPTS = {
     "latin": {"LATIN"},
@@ -135,11 +136,11 @@ def script_words(text: str) -> list[str]:
 
 
 def reasoning_text(completion: str) -> str:
-    start = completion.find("<think>")
+    start = completion.find(THINK_OPEN)
     if start < 0:
         return completion
-    end = completion.find("</think>", start)
-    return completion[start + len("<think>") : end if end >= 0 else None]
+    end = completion.find(THINK_CLOSE, start)
+    return completion[start + len(THINK_OPEN) : end if end >= 0 else None]
 
 
 def language_share(text: str, target: str) -> float:

@@ -46,6 +46,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from rlvr.markup import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
 from rlvr.rewards.math_extraction_guard import fold, lead_in_hedge, neutral_pieces, tail_reading
 from rlvr.rewards.math_notation import map_relations, read_bases, read_notation
 
@@ -77,9 +78,7 @@ _RESTATED = re.compile(
 )
 _MATH_START = re.compile(r"[-+(\[]|\.?\d|\$|\\[A-Za-z(\[{]")
 _SPAN_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
-TAG_OPEN, TAG_CLOSE = "<answer>", "</answer>"
 MINERVA_OPEN, MINERVA_CLOSE = "final answer is", "i hope it is correct"
-THINK_CLOSE, THINK_OPEN = "</think>", "<think>"
 
 
 @dataclass(frozen=True)
@@ -184,17 +183,17 @@ def answer_tags(text: str) -> list[str] | None:
     A scan with str.find, not a lazy regex, which is quadratic on many unclosed tags."""
     out, pos = [], 0
     while True:
-        opened, closed = text.find(TAG_OPEN, pos), text.find(TAG_CLOSE, pos)
+        opened, closed = text.find(ANSWER_OPEN, pos), text.find(ANSWER_CLOSE, pos)
         if opened < 0:
             return out if closed < 0 else None
-        end = text.find(TAG_CLOSE, opened + len(TAG_OPEN))
+        end = text.find(ANSWER_CLOSE, opened + len(ANSWER_OPEN))
         if closed < opened or end < 0:
             return None
-        content = text[opened + len(TAG_OPEN) : end]
-        if TAG_OPEN in content:
+        content = text[opened + len(ANSWER_OPEN) : end]
+        if ANSWER_OPEN in content:
             return None
         out.append(content)
-        pos = end + len(TAG_CLOSE)
+        pos = end + len(ANSWER_CLOSE)
 
 
 def minerva_answers(text: str) -> list[str]:
@@ -214,9 +213,9 @@ def minerva_answers(text: str) -> list[str]:
 
 def _outside_tags(text: str) -> str:
     out, pos = [], 0
-    while (opened := text.find(TAG_OPEN, pos)) >= 0:
+    while (opened := text.find(ANSWER_OPEN, pos)) >= 0:
         out.append(text[pos:opened])
-        pos = text.find(TAG_CLOSE, opened) + len(TAG_CLOSE)
+        pos = text.find(ANSWER_CLOSE, opened) + len(ANSWER_CLOSE)
     return " ".join(out + [text[pos:]])
 
 
@@ -355,7 +354,7 @@ def extract_answers(
             return Extraction(problem=hedge)
         raw.extend([content[lo:hi] for _, lo, hi, _ in spans] if spans else [content])
     if tags:
-        ends.append(region.rfind(TAG_CLOSE) + len(TAG_CLOSE))
+        ends.append(region.rfind(ANSWER_CLOSE) + len(ANSWER_CLOSE))
     outside = _outside_tags(region) if tags else region
     if minerva := minerva_answers(outside):
         raw.extend(minerva)

@@ -41,7 +41,6 @@ from rlvr.errors import DataError
 from rlvr.rewards.base import Score
 from rlvr.rewards.structured import ASCII_SPACE, CheckTimeout, IsolatedCheck, after_reasoning
 
-ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 # Anything a reader takes for an answer tag: any case, spaces inside the brackets, attributes.
 # Bounded, so that text full of "<answer" without ">" is scanned in linear time.
 _TAG = re.compile(r"<\s{0,16}(/?)\s{0,16}answer(?=[\s/>])[^<>]{0,200}>", re.IGNORECASE)

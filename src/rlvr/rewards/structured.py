@@ -24,8 +24,8 @@ import unicodedata
 from typing import Any
 
 from rlvr.errors import ConfigError
+from rlvr.markup import THINK_CLOSE, THINK_OPEN
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ASCII_SPACE = " \t\r\n"  # the whitespace around an answer that is stripped, and nothing else
 
 # Letters and symbols that render as blank space: Hangul fillers, the braille blank.

@@ -36,10 +36,9 @@ import random
 import re
 
 from rlvr.errors import DataError
+from rlvr.markup import THINK_CLOSE, THINK_OPEN
 
 _PROMPT = re.compile(r"^(\d+)\+(\d+)=$")
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
 HELDOUT_MODULUS = 10  # 1 in HELDOUT_MODULUS unordered pairs is held out
 
 

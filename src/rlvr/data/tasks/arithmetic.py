@@ -49,7 +49,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from rlvr.rewards.exact import THINK_CLOSE, THINK_OPEN
+from rlvr.markup import THINK_CLOSE, THINK_OPEN
 
 HELDOUT_MODULUS = 10
 SCHEDULES = ("fixed", "linear", "adaptive")

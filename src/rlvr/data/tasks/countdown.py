@@ -31,7 +31,8 @@ from __future__ import annotations
 import hashlib
 import random
 
-from rlvr.rewards.countdown import THINK_CLOSE, THINK_OPEN, parse_expression, steps
+from rlvr.markup import THINK_CLOSE, THINK_OPEN
+from rlvr.rewards.countdown import parse_expression, steps
 
 HELDOUT_MODULUS = 10
 _MAX_TRIES = 10_000

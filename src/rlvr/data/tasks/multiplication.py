@@ -45,7 +45,7 @@ import random
 import re
 
 from rlvr.errors import DataError
-from rlvr.rewards.exact import OUTPUT_CLOSE, OUTPUT_OPEN, PYTHON_CLOSE, PYTHON_OPEN
+from rlvr.markup import OUTPUT_CLOSE, OUTPUT_OPEN, PYTHON_CLOSE, PYTHON_OPEN
 
 _PROMPT = re.compile(r"^(\d+)\*(\d+)=$")
 HELDOUT_MODULUS = 10  # 1 in HELDOUT_MODULUS unordered pairs is held out

@@ -45,8 +45,9 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from rlvr.data.tasks.addition import THINK_CLOSE, THINK_OPEN, AdditionTask
+from rlvr.data.tasks.addition import AdditionTask
 from rlvr.data.tasks.multiplication import MultiplicationTask
+from rlvr.markup import THINK_CLOSE, THINK_OPEN
 from rlvr.models.embedded import tools_corpus
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
