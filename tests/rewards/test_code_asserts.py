@@ -10,7 +10,7 @@ import pytest
 from rlvr.errors import DataError
 from rlvr.isolation.sandbox import Program, SandboxUnavailable
 from rlvr.rewards.code import CodeVerifier
-from rlvr.rewards.code_asserts import parse_assert_tests, prompt_code
+from rlvr.rewards.code.asserts import parse_assert_tests, prompt_code
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 from rlvr.errors import DataError
 from rlvr.isolation.sandbox import Program, SandboxUnavailable
 from rlvr.rewards.code import CodeVerifier
-from rlvr.rewards.code_asserts import parse_assert_tests, parse_verdict
+from rlvr.rewards.code.asserts import parse_assert_tests, parse_verdict
 
 TIMEOUT_S = 1.0
 

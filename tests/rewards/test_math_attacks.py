@@ -379,7 +379,7 @@ def test_text_groups_are_units_lists_labels_or_hedges(text, expected):
 
 
 def test_nested_boxes_are_several_answers():
-    from rlvr.rewards.math_answer import extract_answers, shown_answers
+    from rlvr.rewards.math.answer import extract_answers, shown_answers
 
     assert shown_answers("\\text{6 } \\boxed{5}") == ["\\text{6 } 5", "5"]
     assert shown_answers("\\boxed{\\boxed{5}}") == ["5", "5", "5"]
@@ -390,7 +390,7 @@ def test_nested_boxes_are_several_answers():
 
 
 def test_restatements_after_the_last_marker_are_answers():
-    from rlvr.rewards.math_answer import extract_answers
+    from rlvr.rewards.math.answer import extract_answers
 
     assert extract_answers("\\boxed{5} Actually the answer is 6.").answers == ("5", "6")
     assert extract_answers("The answer is 6, so \\boxed{5}").answers == ("5",)
@@ -399,7 +399,7 @@ def test_restatements_after_the_last_marker_are_answers():
 
 
 def test_relations_are_named_for_the_gold_check():
-    from rlvr.rewards.math_notation import loose_relations, map_relations
+    from rlvr.rewards.math.notation import loose_relations, map_relations
 
     assert loose_relations(map_relations("x ≈ 5 \\equiv 6")) == {"approx", "equiv"}
     assert loose_relations(map_relations("x ~= 5")) == {"approx"}

@@ -1,5 +1,5 @@
-"""Red-team attacks on where the math verifier finds the answer (rlvr.rewards.math_answer,
-math_extraction_guard, math_lenient): words around a math span in an answer line, second
+"""Red-team attacks on where the math verifier finds the answer (rlvr.rewards.math.answer,
+math.extraction_guard, math_lenient): words around a math span in an answer line, second
 thoughts after the final answer, case mapping that shifts offsets (`İ`), hedges in prose for the
 lenient reading, and box scans that must stay linear. Each attack is pinned at reward 0 (in both
 readings unless named) by a test that scores 1 without its defence; the readings the defences
@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("math_verify")
 
 from rlvr.rewards.math import MathVerifier  # noqa: E402
-from rlvr.rewards.math_answer import box_spans, extract_answers, shown_answers  # noqa: E402
-from rlvr.rewards.math_extraction_guard import fold, tail_reading  # noqa: E402
+from rlvr.rewards.math.answer import box_spans, extract_answers, shown_answers  # noqa: E402
+from rlvr.rewards.math.extraction_guard import fold, tail_reading  # noqa: E402
 
 MINERVA = "The final answer is {}. I hope it is correct."
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 pytest.importorskip("math_verify")
 
 from rlvr.rewards.math import MathVerifier, math_lenient_reward, math_reward  # noqa: E402
-from rlvr.rewards.math_lenient import extracted_spans, lenient_answers  # noqa: E402
+from rlvr.rewards.math.lenient import extracted_spans, lenient_answers  # noqa: E402
 from rlvr.rewards.registry import get_verifier  # noqa: E402
 
 LIMIT_S = 2.0

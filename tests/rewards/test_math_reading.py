@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("math_verify")
 
 from rlvr.rewards.math import MathVerifier, check_answers, normalize  # noqa: E402
-from rlvr.rewards.math_answer import clean_answer, extract_answers, math_spans  # noqa: E402
+from rlvr.rewards.math.answer import clean_answer, extract_answers, math_spans  # noqa: E402
 
 MINERVA = "Final Answer: The final answer is $\\frac{14}{3}$. I hope it is correct."
 

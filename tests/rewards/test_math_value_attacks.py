@@ -1,5 +1,5 @@
 """The red team's third round against what the math verifier reads inside an answer and how it
-compares values (rlvr.rewards.math, math_notation, math_value_forms, math_value_units): each
+compares values (rlvr.rewards.math and its notation, value_forms, value_units): each
 attack is a `\\boxed{}` answer pinned at reward 0 against its gold in both readings, and each
 reading the defences must keep is pinned at 1. FINDINGS are the red team's (each scored 1 before
 the fix), ATTACKS are variations that scored 1 before the fix, GUARDS variations that already
@@ -12,14 +12,14 @@ import pytest
 pytest.importorskip("math_verify")
 
 from rlvr.rewards.math import MathVerifier  # noqa: E402
-from rlvr.rewards.math_notation import (  # noqa: E402
+from rlvr.rewards.math.notation import (  # noqa: E402
     drop_plain_unit,
     read_notation,
     relation_pieces,
     words_of,
 )
-from rlvr.rewards.math_value_forms import percent_ok, proven_zero  # noqa: E402
-from rlvr.rewards.math_value_units import known_word  # noqa: E402
+from rlvr.rewards.math.value_forms import percent_ok, proven_zero  # noqa: E402
+from rlvr.rewards.math.value_units import known_word  # noqa: E402
 
 
 @pytest.fixture(scope="module")

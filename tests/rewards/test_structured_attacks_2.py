@@ -187,7 +187,7 @@ def test_a_backtracking_ecma_pattern_still_stops_at_the_limit(isolated):
 def test_the_stand_in_for_re_changes_nothing_outside_the_verifier():
     import jsonschema
 
-    from rlvr.rewards import json_schema_ecma as ecma
+    from rlvr.rewards.json_schema import ecma
 
     ecma.install()
     plain = jsonschema.Draft202012Validator({"pattern": "^a$"})
@@ -204,7 +204,7 @@ def test_every_jsonschema_module_that_matches_patterns_is_covered():
 
     import jsonschema
 
-    from rlvr.rewards import json_schema_ecma as ecma
+    from rlvr.rewards.json_schema import ecma
 
     ecma.install()
     root = Path(jsonschema.__file__).parent

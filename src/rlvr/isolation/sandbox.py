@@ -3,7 +3,7 @@
 One sandbox launch per program (~40-60 ms: bwrap + a Python start); inside it a small runner
 (isolation/sandbox_runner.py, run by path) forks one fresh process per test case (~1 ms) and
 streams each case's raw output back. Nothing is judged inside the sandbox: the caller compares
-outputs in the parent (see rewards/code.py).
+outputs in the parent (see rewards/code/__init__.py).
 
 Isolation (details, and which mechanism bounds which resource, in docs/verifiers-code.md):
 - namespaces: no network (--unshare-net: only a private loopback), pid (the runner is its pid 1,
@@ -118,7 +118,7 @@ class Program:
     otherwise `command` is exec'd per case with '{file}' replaced by the source file's path.
     With `fn_name`, each case is an argument list and the runner calls that function (or
     `Solution().fn_name`) and returns json.dumps of the result; otherwise each case is stdin.
-    With `test` (assert-style tests, rewards/code_asserts.py) there is exactly one case, None:
+    With `test` (assert-style tests, rewards/code/asserts.py) there is exactly one case, None:
     the runner serves the program's functions from one process and runs the test in another,
     and the output is that process's verdict `passed total\nreason`."""
 

@@ -150,7 +150,7 @@ class CandidateError(Exception):
 
 
 def run_test(test, cap):
-    """(passed, total, reason) of the test description `test` (rewards/code_asserts.py)."""
+    """(passed, total, reason) of the test description `test` (rewards/code/asserts.py)."""
     import builtins
     import json
 

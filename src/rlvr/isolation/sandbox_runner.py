@@ -16,7 +16,7 @@ result pipe. Every process that runs untrusted code (the case, the program's pro
 checker of assert-style tests) installs the spec's seccomp filter (isolation/seccomp.py) before
 it does. Sandboxed, the runner is the pid namespace's pid 1: signals from the program do not
 reach it, and it reaps what the program leaves behind. Nothing is judged here: the parent
-compares outputs (see rewards/code.py).
+compares outputs (see rewards/code/__init__.py).
 """
 
 import ctypes

@@ -18,7 +18,7 @@ Then the grammar: `email` and `idn-email` need a dot-atom local part (at most 64
 and a hostname or bracketed-IP domain (jsonschema only asks for an `@`; quoted local parts are
 refused), an `idn-email` domain is also an `idn-hostname` where jsonschema checks those;
 `uuid` is the 8-4-4-4-12 hex form (jsonschema lets Python's UUID() strip braces and "urn:");
-`regex` is an ECMA-262 regular expression (rewards.json_schema_ecma), so Python-only syntax
+`regex` is an ECMA-262 regular expression (rewards.json_schema.ecma), so Python-only syntax
 such as `(?P<x>a)` is malformed. Other formats are jsonschema's checks; an unknown format name
 is an annotation, as JSON Schema says, and checks nothing.
 """
@@ -31,7 +31,7 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any
 
-from rlvr.rewards.json_schema_ecma import is_ecma_regex
+from rlvr.rewards.json_schema.ecma import is_ecma_regex
 from rlvr.rewards.structured import is_visible
 
 ASCII_FORMATS = frozenset(

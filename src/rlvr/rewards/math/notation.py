@@ -11,7 +11,7 @@ rule here either rewrites the notation to what it says or declares the answer un
   a group that names another value, by a digit or a word such as "or", "maybe", "also", "about",
   "half", "six", or that asks ("?"), is a hedge: unreadable. A group that is only "and" or "or"
   between two values is a list separator (`12 \\text{ and } 13` is the list 12, 13). Known
-  words (rlvr.rewards.math_value_units, and the gold's own words) are units where they end the
+  words (rlvr.rewards.math.value_units, and the gold's own words) are units where they end the
   answer (`5 \\text{ cm}^2`, `5\\,\\text{m}/\\text{s}` read 5) and a label where they start it
   before `=` (`\\text{Area} = 5`); any other word (`5\\text{k}`, `5 \\text{ millones}`,
   `5\\text{-ish}`) and text between math is unreadable. An answer that is only text
@@ -50,7 +50,7 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from fractions import Fraction
 
-from rlvr.rewards.math_value_units import known_word
+from rlvr.rewards.math.value_units import known_word
 
 _TEXT_COMMAND = re.compile(
     r"\\(?:text(?:bf|it|rm|sf|tt|normal|up|md|sl|sc)?|emph|mbox|hbox"
@@ -242,7 +242,7 @@ def read_notation(s: str) -> str | None:
 @contextlib.contextmanager
 def gold_words_known(words: Iterable[str]) -> Iterator[None]:
     """Within the block, the (lower-case) `words` are known units and labels: the gold's own
-    words (`5 \\text{ widgets}` for a gold `5 widgets`); see rlvr.rewards.math_value_units."""
+    words (`5 \\text{ widgets}` for a gold `5 widgets`); see rlvr.rewards.math.value_units."""
     token = _GOLD_WORDS.set(frozenset(words))
     try:
         yield
@@ -275,7 +275,7 @@ def _math_spans_outside(text: str) -> tuple[list[str], str] | None:
 
 def _known_text(content: str, label: bool = False) -> bool:
     """Whether a text group is only known unit words (or, with `label`, label words) and the
-    punctuation units are written with; rlvr.rewards.math_value_units decides the words."""
+    punctuation units are written with; rlvr.rewards.math.value_units decides the words."""
     read = _words(content)
     if read is None:
         return False

@@ -1,4 +1,4 @@
-"""What the math verifier accepts around an answer it reads (rlvr.rewards.math_answer).
+"""What the math verifier accepts around an answer it reads (rlvr.rewards.math.answer).
 
 A policy under RL pressure keeps the marked answer and changes its meaning with the words around
 it: `Answer: not $5$`, `\\boxed{5} or six`, `\\boxed{5}, no wait, 6`. So:

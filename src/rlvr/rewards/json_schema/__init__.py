@@ -34,10 +34,10 @@ not the run's end. Validation runs in a worker process killed after `timeout_s` 
 worker crashes, the answer scores 0.
 
 Where Python's reading would pass answers the schema's author meant to refuse, the worker reads
-as JSON Schema does (rewards/json_schema_ecma.py): every pattern, wherever the schema puts it
+as JSON Schema does (rewards/json_schema/ecma.py): every pattern, wherever the schema puts it
 (`pattern`, `patternProperties`, under `$ref` to any part of the schema), is matched as
 ECMA-262 (`$` is the end of the string, `\\d` is [0-9]); `multipleOf` is exact decimal
-arithmetic. Formats are narrowed (rewards/json_schema_formats.py): no invisible or
+arithmetic. Formats are narrowed (rewards/json_schema/formats.py): no invisible or
 non-ASCII character where the format's grammar has none, stricter `email`, `uuid`, and `regex`.
 
 Comparison: JSON values (rewards.code.json_equal): `true` is not `1`, `1` equals `1.0`, object
@@ -297,8 +297,8 @@ def _validator(_: Any) -> Callable[[tuple[Any, Any]], tuple[str, str]]:
         import jsonschema
         from referencing.exceptions import Unresolvable
 
-        from rlvr.rewards import json_schema_ecma as ecma
-        from rlvr.rewards.json_schema_formats import format_checker
+        from rlvr.rewards.json_schema import ecma
+        from rlvr.rewards.json_schema.formats import format_checker
 
         ecma.install()
     except ImportError:

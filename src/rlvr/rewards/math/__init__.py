@@ -4,7 +4,7 @@ Reward 1.0 iff the completion states a final answer and every final answer it st
 mathematically equal to the gold `sample["answer"]`; else 0.0. Under RL any leniency is found and
 farmed, so each rule below errs towards 0.
 
-Extraction (in the calling process, rlvr.rewards.math_answer): the answers are read from
+Extraction (in the calling process, rlvr.rewards.math.answer): the answers are read from
 `<answer>` tags, `\\boxed{}`/`\\fbox{}`, or, without either, "Answer: ..." lines, after the last
 `</think>`; a tag, box or line whose content holds math delimiters is read as its math spans
 ("The final answer is $\\frac{14}{3}$. I hope it is correct." reads 14/3). Every answer found
@@ -12,7 +12,7 @@ must match, so hedging (`\\boxed{1} or \\boxed{2}`, `$1$ or $2$`) scores 0, and 
 inside a box or an answer restated after the last marker with another value (`\\boxed{5}
 Actually the answer is 6`). The lenient reading
 (`MathVerifier(lenient=True)`, "math_lenient") also reads a completion without any marker: there
-math-verify's own extraction picks the final answer (rlvr.rewards.math_lenient), in the worker.
+math-verify's own extraction picks the final answer (rlvr.rewards.math.lenient), in the worker.
 
 Equivalence (in a worker process, see below): both sides are normalised, parsed by math-verify's
 LaTeX parser (a gold in plain text like "1/2" or "sqrt(2)" is parsed the same way, because
@@ -22,11 +22,11 @@ hardenings:
   tiny differences, so it accepts 1/2006! = 1/2004! and 1/2^99 = 1/2^98; here both sides become
   exact rationals (a decimal means the rational it spells: 0.5 = 1/2, 0.333 = 333/1000) and
   must be equal. Irrational values are equal only where sympy proves their difference zero
-  (rlvr.rewards.math_value_forms.proven_zero): agreement to many digits is no proof.
+  (rlvr.rewards.math.value_forms.proven_zero): agreement to many digits is no proof.
   Only where the gold is a decimal may the prediction differ, by `float_rel_tol` relative
   (default 1e-6): gold 2.718281828 accepts e, gold 3.14 rejects pi, gold pi rejects 3.14159265,
   gold 1/3 rejects 0.333333, gold 0.333 rejects 1/3.
-- Answer forms (rlvr.rewards.math_value_forms): when the gold is a single value (`5`, `x = 5`),
+- Answer forms (rlvr.rewards.math.value_forms): when the gold is a single value (`5`, `x = 5`),
   a predicted list, set, tuple or interval scores 0 ("1, 2", "{5}", "[5, 5]", "1 or 2"); every
   side of an equation chain must equal the gold ("x = 2+3 = 5" yes; "3 = 5", "x = 4 = 3" no);
   an inequality never matches a set, list, tuple or the pair `(a, b)`; a percent sign ends a
@@ -38,7 +38,7 @@ hardenings:
   and the other relations math-verify cannot compare (it keeps one side of `\\approx`, reads
   `\\equiv` as `=`) match only a gold that holds them; numerals must be in the gold's bases (gold
   `1010_2` rejects `10`, the number a conversion starts from). Notation is read first, on both
-  sides (rlvr.rewards.math_notation): a hedge in text (`5 \\text{ (or 6)}`), text between math
+  sides (rlvr.rewards.math.notation): a hedge in text (`5 \\text{ (or 6)}`), text between math
   and hidden content are unreadable, known units at the end are dropped, `1010_2` is 10.
 Normalisation, applied to both sides: a percent sign, and the words "percent", "percentage",
 "pct" after a number, are dropped (gold "50%" matches "50", "50\\%" and "50 percent", not 0.5:
@@ -76,7 +76,7 @@ from typing import Any, NamedTuple
 
 from rlvr.errors import ConfigError, DataError
 from rlvr.rewards.base import Score
-from rlvr.rewards.math_answer import (
+from rlvr.rewards.math.answer import (
     DEFAULT_ANSWER_PATTERN,
     Extraction,
     boxed_contents,
@@ -87,14 +87,14 @@ from rlvr.rewards.math_answer import (
     normalize,
     read_decimal_comma,
 )
-from rlvr.rewards.math_notation import (
+from rlvr.rewards.math.notation import (
     gold_words_known,
     loose_relations,
     numeral_bases,
     relation_pieces,
     words_of,
 )
-from rlvr.rewards.math_value_forms import based_form_ok, comparisons, percent_ok, proven_zero
+from rlvr.rewards.math.value_forms import based_form_ok, comparisons, percent_ok, proven_zero
 
 __all__ = [
     "DEFAULT_ANSWER_PATTERN",
@@ -115,7 +115,7 @@ _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 
 
 # math-verify's normalisation, less its unit stripping, which reads `2c` as 2, `x + 2c` as
-# x + 2 and `5 increase` as 5: rlvr.rewards.math_notation reads units before it parses.
+# x + 2 and `5 increase` as 5: rlvr.rewards.math.notation reads units before it parses.
 _NORMALIZATION = dict(
     basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="all"
 )
@@ -277,7 +277,7 @@ def check_equivalence(answer: str, gold: str, float_rel_tol: float = 1e-6) -> bo
 
 def _equal(gold: Any, pred: Any, float_rel_tol: float) -> bool:
     """Whether the parsed `pred` matches the parsed `gold`: its form can (comparisons, in
-    rlvr.rewards.math_value_forms) and math-verify, with exact numbers, finds each pair equal."""
+    rlvr.rewards.math.value_forms) and math-verify, with exact numbers, finds each pair equal."""
     from math_verify import verify
 
     pairs = comparisons(gold, pred)
@@ -349,10 +349,10 @@ def _lenient_checker_handler(float_rel_tol: float):  # noqa: ANN202 - worker fac
 def _checker_handler(float_rel_tol: float, lenient: bool = False):  # noqa: ANN202 - see pool.py
     """Worker-side factory: (answers, gold, region) -> (all match, index of the first mismatch
     or -1, the answers, a problem). With `region` (the lenient reading of a completion that has
-    no marker) the answers are first read from it (rlvr.rewards.math_lenient)."""
+    no marker) the answers are first read from it (rlvr.rewards.math.lenient)."""
     _require_math_verify()
     if lenient:
-        from rlvr.rewards.math_lenient import extraction_patterns, lenient_answers
+        from rlvr.rewards.math.lenient import extraction_patterns, lenient_answers
 
         extraction_patterns()  # a math-verify without its extraction regexes fails here
 
@@ -383,7 +383,7 @@ class MathVerifier:
     isolate: run checks in a killable worker process (False: inline, no time limit; for code
         that is itself inside a killable worker, like VerifierPool).
     lenient: also read a completion that has no box, tag or answer line: math-verify's
-        extraction picks its final answer, in the worker (rlvr.rewards.math_lenient). For
+        extraction picks its final answer, in the worker (rlvr.rewards.math.lenient). For
         evaluating models never taught the answer format, not for RL rewards.
     """
 
@@ -426,7 +426,7 @@ class MathVerifier:
                 f"{what} (expected the reference answer as a string or number)"
             )
         gold = str(gold)
-        if self.lenient:  # the worker reads the answers (rlvr.rewards.math_lenient)
+        if self.lenient:  # the worker reads the answers (rlvr.rewards.math.lenient)
             text = final_region(completion)
             if text is None:
                 return Score(0.0, "unclosed <think>")

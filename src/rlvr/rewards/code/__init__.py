@@ -18,10 +18,10 @@ Sample format (JSON-lines rows):
   `fn_name` may be a top-level function or a method of a class `Solution`.
 - HumanEval rows: {"prompt": str, "test": "def check(candidate): ...", "entry_point": str}
 - MBPP rows: {"test_list": ["assert f(1) == 2", ...], "test_setup_code": str (optional)}
-  (the last two run as rewards/code_asserts.py says: the test in a process of its own).
+  (the last two run as rewards/code/asserts.py says: the test in a process of its own).
 
 Judging happens here, in the parent, never in the sandbox (assert-style tests are code: they run in
-the sandbox's checker process, out of the program's reach; see code_asserts.py). Outputs compare
+the sandbox's checker process, out of the program's reach; see code/asserts.py). Outputs compare
 line by line with trailing whitespace and trailing blank lines ignored and the line count
 significant. Function results are json.dumps'd inside the sandbox and compared here as parsed JSON
 values (bool is not int, 1 == 1.0, no NaN), so a result object with a rigged `__eq__` cannot pass:
@@ -43,7 +43,7 @@ from rlvr.errors import ConfigError, DataError
 from rlvr.isolation.sandbox import CaseResult, Program, Sandbox, SandboxLimits
 from rlvr.markup import THINK_CLOSE
 from rlvr.rewards.base import Score
-from rlvr.rewards.code_asserts import AssertTests, is_assert_form, parse_assert_tests, parse_verdict
+from rlvr.rewards.code.asserts import AssertTests, is_assert_form, parse_assert_tests, parse_verdict
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ String scans and regexes in linear time; nothing here parses or evaluates the an
    ("\\boxed{5} Actually the answer is 6"), a box after the last Minerva line, and every number
    in the rest of that sentence and the next one (digits, math spans, number words: "\\boxed{5}
    or six"); a hedge word, "?" or relation there is a hedge ("\\boxed{5}, no wait",
-   rlvr.rewards.math_extraction_guard).
+   rlvr.rewards.math.extraction_guard).
 A box inside a box is one more answer (`shown_answers`): `\\boxed{\\text{6 } \\boxed{5}}` states
 `\\text{6 } 5` and 5, a hedge; `\\boxed{\\boxed{5}}` states 5 twice. Each answer is then
 cleaned: whitespace collapsed; markdown bold, one final `.`, `,` or `;` (not an ellipsis) and
@@ -30,7 +30,7 @@ An answer that still holds math delimiters (the Minerva line "The final answer i
 I hope it is correct.", `\\boxed{The answer is $\\frac13.$}`) is read as its math spans: each
 span is an answer, so one span is the answer and two different spans are two answers; the words
 around the spans are read only when they are neutral (a lead-in such as "the final answer is",
-"and"/"or" between spans, closing words and units after them: math_extraction_guard), so
+"and"/"or" between spans, closing words and units after them: math.extraction_guard), so
 `not $5$`, `$5$?` and `$5$ or 6` are unreadable, as are delimiters that do not pair up. Math
 mode closed and reopened around "and"/"or" alone (`\\boxed{12 $ and $13}`) is the list
 `12 \\text{ and } 13`.
@@ -47,8 +47,8 @@ import unicodedata
 from dataclasses import dataclass
 
 from rlvr.markup import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
-from rlvr.rewards.math_extraction_guard import fold, lead_in_hedge, neutral_pieces, tail_reading
-from rlvr.rewards.math_notation import map_relations, read_bases, read_notation
+from rlvr.rewards.math.extraction_guard import fold, lead_in_hedge, neutral_pieces, tail_reading
+from rlvr.rewards.math.notation import map_relations, read_bases, read_notation
 
 # Greedy `(.+)$`, not a lazy group before `[ \t]*$`: a lazy one is quadratic on a long line.
 DEFAULT_ANSWER_PATTERN = r"(?im)^[ \t]*(?:\*\*)?(?:final[ \t]+)?answer(?:\*\*)?[ \t]*:(.+)$"
@@ -382,7 +382,7 @@ def extract_answers(
 
 def read_after(after: str, raw: list[str], max_answers: int, max_answer_chars: int) -> str:
     """Add to `raw` the answers that `after` (the text after the final answer) states again:
-    restatements ("the answer is $(1, 2)$") and every number (rlvr.rewards.math_extraction_guard);
+    restatements ("the answer is $(1, 2)$") and every number (rlvr.rewards.math.extraction_guard);
     the hedge found there, or ''."""
     raw.extend(restated_answers(after, max_answers, max_answer_chars))
     values, hedge = tail_reading(after, max_answers)
@@ -499,7 +499,7 @@ def read_decimal_comma(pred: str, gold: str) -> str:
 
 def normalize(text: str, reference: bool = False) -> str:
     """Notation-only rewriting applied to gold and prediction alike (the rules are in
-    rlvr.rewards.math's docstring, "Normalisation", and rlvr.rewards.math_notation); UNREADABLE
+    rlvr.rewards.math's docstring, "Normalisation", and rlvr.rewards.math.notation); UNREADABLE
     (empty, which matches nothing) for an answer that states no readable value: a hedge inside
     it, hidden content, a numeral its base cannot have. A `reference` (the gold) is trusted: where
     its notation cannot be read that way (a whole solution in prose), it is left to math-verify
@@ -510,7 +510,7 @@ def normalize(text: str, reference: bool = False) -> str:
     for k, v in _UNICODE.items():
         s = s.replace(k, v)
     s = map_relations(s)
-    read = read_notation(s)  # text, hidden content, bases (math_notation)
+    read = read_notation(s)  # text, hidden content, bases (math.notation)
     if read is None and reference:
         read = read_bases(s)  # a gold in prose still has its numerals read
     if read is None:

@@ -15,7 +15,7 @@ appears in the gold itself, see `known_word`); any other word makes the answer u
   `crore`, `quarter` and the like are unknown, so they make an answer unreadable rather than
   read as the bare number. A gold that writes such a unit (`300 K`) makes it known.
 - Labels (`LABEL_WORDS`) name the quantity before `=` (`\\text{Area} = 5`).
-Words that name another value or hedge (rlvr.rewards.math_notation.HEDGE_WORDS) are never
+Words that name another value or hedge (rlvr.rewards.math.notation.HEDGE_WORDS) are never
 known, even where the gold holds them.
 """
 

@@ -41,7 +41,7 @@ from functools import lru_cache
 from itertools import groupby
 from typing import Any
 
-from rlvr.rewards.math_answer import (
+from rlvr.rewards.math.answer import (
     NO_ANSWER,
     Extraction,
     checked_answers,
@@ -49,7 +49,7 @@ from rlvr.rewards.math_answer import (
     read_after,
     read_answers,
 )
-from rlvr.rewards.math_extraction_guard import (
+from rlvr.rewards.math.extraction_guard import (
     HEDGES,
     PROSE_LEAD_HEDGES,
     lead_in_hedge,
@@ -169,7 +169,7 @@ def extracted_spans(text: str) -> list[Span]:
 
 def _qualified(text: str, span: Span) -> Span:
     """The span with a qualifier around it ("about 5", "at least $5$", "5 or more") made part
-    of its answer, which then reads as a hedge (rlvr.rewards.math_notation)."""
+    of its answer, which then reads as a hedge (rlvr.rewards.math.notation)."""
     start, end, answer = span
     if before := _QUALIFIER_BEFORE.search(text, max(0, start - 40), start):
         answer = f"{before['q']} {answer}"

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlvr.rewards.math_notation import numeral_skeleton
+from rlvr.rewards.math.notation import numeral_skeleton
 
 _PERCENT_TEXT = re.compile(
     r"\\(?:text|textnormal|textrm|mathrm|mbox)\s*\{\s*(?:per\s?cent(?:age)?|pct|\\?%)\s*\}"
