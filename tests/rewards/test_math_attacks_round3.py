@@ -78,6 +78,8 @@ STRICT = [
     ("\\boxed{5} (6 would fit too)", "5"),
     ("\\boxed{5 \\text{ pair}}", "5"),
     ("\\boxed{5 \\text{ pairs}}", "5"),
+    ("\\boxed{5}\n\n---\n\n6", "5"),  # blank lines and a rule are no sentence of their own
+    ("\\boxed{5}.\n\n\n\nActually 6.", "5"),
 ]
 
 # What still scores 1: thousands groups with TeX spacing, counted things after the box.

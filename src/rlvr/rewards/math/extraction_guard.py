@@ -249,15 +249,23 @@ _SENTENCE_END = re.compile(r"[.!?\n](?![0-9])|$")
 def closing_window(tail: str) -> str:
     """The rest of the final answer's sentence and the sentence after it (at most
     TAIL_WINDOW characters): where a second thought about the answer stands ("\\boxed{5}.
-    Hmm, 6?", "\\boxed{5}\nThe correct value is 6."). Notes further on ("Note that $13_5$
-    divided by $2_5$ is $4_5$") explain; restatements there are still read."""
+    Hmm, 6?", "\\boxed{5}\nThe correct value is 6."). A "sentence" of no letter or digit (a
+    blank line, a `---` rule) is not the next one ("\\boxed{5}\n\n---\n\n6" reads the 6). Notes
+    further on ("Note that $13_5$ divided by $2_5$ is $4_5$") explain; restatements there are
+    still read."""
     text = tail[:TAIL_WINDOW]
     first = _SENTENCE_END.search(text)
     pos = first.end() if first else len(text)
-    while pos < len(text) and (text[pos].isspace() or text[pos] in ".!?"):
-        pos += 1  # the end of the first sentence and the space after it
-    second = _SENTENCE_END.search(text, pos)
-    return text[: second.end() if second else len(text)]
+    while pos < len(text):
+        second = _SENTENCE_END.search(text, pos)
+        end = second.end() if second else len(text)
+        if _CONTENT.search(text, pos, end) or end >= len(text):
+            return text[:end]
+        pos = max(end, pos + 1)  # a sentence with nothing in it: the next one
+    return text
+
+
+_CONTENT = re.compile(r"[^\W_]")
 
 
 def tail_reading(tail: str, max_values: int) -> tuple[list[str], str]:
