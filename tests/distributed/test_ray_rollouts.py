@@ -105,7 +105,7 @@ def test_row_check_accepts_whole_groups_and_names_a_missing_or_duplicated_row():
 
 def test_the_trainer_draws_from_ray_actors_only_with_distributed_ray(monkeypatch, tmp_path):
     import rlvr.distributed.ray_rollouts as ray_rollouts
-    from rlvr.training.rollouts import LocalRollouts
+    from rlvr.training.sources import LocalRollouts
 
     made = []
     monkeypatch.setattr(ray_rollouts, "RayRollouts", lambda *a, **k: made.append(a) or "ray")

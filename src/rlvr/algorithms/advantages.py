@@ -139,7 +139,7 @@ def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
     unique_ids, inverse, counts = _group_index(group_ids)
     too_small = (counts < 2).nonzero()
     if too_small.numel() > 0:
-        g = too_small[0].item()
+        g = int(too_small[0])
         raise ValueError(
             f"rloo needs at least 2 samples per group; group id {unique_ids[g].item()} "
             f"has {counts[g].item()}"

@@ -134,13 +134,12 @@ def report_failures(
     """Each error of `chunk` (input samples from `begin`) not in `seen` (the same type from
     the same line is one error), once: the sample it first failed (its position in the input
     from 1, and its id when it has one), the error line, and the traceback."""
-    from rlvr.rewards.base import sample_id
-
     for f in failures:
         if f.key in seen:
             continue
         seen.add(f.key)
-        named = sample_id(chunk[f.row], None)
+        sample = chunk[f.row]  # its `id`, else its `task_id` (as rlvr.rewards.base.sample_id)
+        named = sample.get("id") if sample.get("id") is not None else sample.get("task_id")
         where = f"sample {begin + f.row + 1}" + (f" (id {named!r})" if named is not None else "")
         print(f"verify: the verifier failed on {where}: {f.error}", file=err)
         if f.traceback:

@@ -44,7 +44,7 @@ def option(default: Any, help: str, **constraints: Any) -> Any:
     """A dataclass field with help text and constraints in its metadata."""
     meta = {"help": help, **constraints}
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -80,7 +80,7 @@ def _field_types(cls: type) -> dict[str, Any]:
 
 def _dataclass_type(cls: type, f: dataclasses.Field) -> type | None:
     hint = _field_types(cls)[f.name]
-    return hint if dataclasses.is_dataclass(hint) else None
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
 
 
 def _suggest(key: str, candidates: list[str]) -> str:

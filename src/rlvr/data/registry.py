@@ -87,7 +87,7 @@ def _build_task(cfg: DataConfig) -> Any:
             source=cfg.source_field,
         )
         return load_prompt_dataset(
-            cfg.path,
+            cfg.path,  # type: ignore[arg-type]  # validate() requires it
             eval_path=cfg.eval_path,
             eval_fraction=cfg.eval_fraction,
             fields=fields,

@@ -17,7 +17,7 @@ passes: the trainer pads a rank that has fewer micro-batches with zero-weight pa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.distributed.checkpoint.state_dict import (
@@ -31,6 +31,9 @@ from torch.distributed.fsdp import fully_shard
 
 from rlvr.errors import ConfigError
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 
 class LogprobRoot(torch.nn.Module):
     """The FSDP root: `root(fn, *args)` is `fn(policy, *args)` inside the root's forward."""
@@ -43,7 +46,7 @@ class LogprobRoot(torch.nn.Module):
         return fn(self.policy, *args, **kwargs)
 
 
-def shard_policy(model: torch.nn.Module) -> LogprobRoot:
+def shard_policy(model: PreTrainedModel) -> LogprobRoot:
     """Shard `model` in place (one FSDP unit per decoder layer, the rest in the root)."""
     layers = getattr(model.get_decoder(), "layers", None)
     if layers is None:
@@ -60,7 +63,8 @@ def shard_policy(model: torch.nn.Module) -> LogprobRoot:
 
 def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The unsharded state_dict on every rank (a collective: every rank calls it)."""
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    return cast(dict[str, torch.Tensor], state)  # a full state dict holds whole tensors
 
 
 def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
@@ -72,7 +76,7 @@ def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimize
 def load_full_state(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    model_state: dict[str, torch.Tensor],
+    model_state: dict[str, Any],  # whole tensors (set_model_state_dict's dict is invariant)
     optimizer_state: dict,
 ) -> None:
     """Shard full (unsharded) model and optimizer states into the FSDP model (every rank)."""

@@ -1,6 +1,6 @@
 """Ray mode (`distributed.ray=true`): rollout and reward workers as Ray actors around one learner.
 
-`RayRollouts` is a rollout source (rlvr.training.rollouts) like the in-process one: the trainer's
+`RayRollouts` is a rollout source (rlvr.training.sources) like the in-process one: the trainer's
 loop is the same, only where a round's completions and rewards are made differs.
 
 Data flow of one rollout round (`RayRollouts.round`):

@@ -91,21 +91,23 @@ class World:
         (it back-propagated nothing in this mini-batch) contributes zeros."""
         if not self.distributed:
             return
-        params = [p for p in params if p.requires_grad]
+        grads: list[torch.Tensor] = []
         for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
+            if p.requires_grad:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                grads.append(p.grad)
         bucket: list[torch.Tensor] = []
         size = 0
-        for p in params:
+        for grad in grads:
             if bucket and (
-                size + p.grad.numel() * p.grad.element_size() > _BUCKET_BYTES
-                or p.grad.dtype != bucket[0].dtype
+                size + grad.numel() * grad.element_size() > _BUCKET_BYTES
+                or grad.dtype != bucket[0].dtype
             ):
                 _sum_bucket(bucket)
                 bucket, size = [], 0
-            bucket.append(p.grad)
-            size += p.grad.numel() * p.grad.element_size()
+            bucket.append(grad)
+            size += grad.numel() * grad.element_size()
         if bucket:
             _sum_bucket(bucket)
 

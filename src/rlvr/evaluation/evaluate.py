@@ -14,15 +14,16 @@ from typing import Any
 import torch
 
 from rlvr.data.registry import heldout_size
+from rlvr.data.task import Task
 from rlvr.observe.passk import maj_at_k, pass_at_k
 from rlvr.rewards.base import Failure
 from rlvr.rewards.exact import extract_final_answer, is_reasoning
 from rlvr.rewards.scoring import Scorer
-from rlvr.rollout.types import SamplingParams
+from rlvr.rollout.types import Engine, SamplingParams
 
 
 def evaluate(
-    engine: Any,
+    engine: Engine,
     samples: Sequence[Mapping[str, Any]],
     prompt_ids: Sequence[list[int]],
     verifier: Callable[[str, Mapping[str, Any]], float],
@@ -105,7 +106,8 @@ def evaluate(
     scorer = Scorer(verifier)
     greedy_rewards, failed = _score(scorer, greedy, samples, 0)
     metrics: dict[str, float] = {"accuracy": sum(r >= 1.0 for r in greedy_rewards) / n}
-    sampled, t1_rewards = None, []
+    sampled = None
+    t1_rewards: list[float] = []
     if num_t1 > 0:
         # The generator must live on the model's device (CPU: identical to a default one).
         gen = torch.Generator(device=getattr(engine, "device", "cpu")).manual_seed(seed)
@@ -288,7 +290,7 @@ class HeldoutEval:
     `readings`: extra greedy accuracies (`evaluate`'s), none in training. Each call keeps its
     failures' records and how many completions it scored, for `pop_failures`."""
 
-    engine: Any
+    engine: Engine
     samples: Sequence[Mapping[str, Any]]
     prompt_ids: Sequence[list[int]]
     verifier: Callable[[str, Mapping[str, Any]], float]
@@ -333,8 +335,8 @@ class HeldoutEval:
 
 def heldout_eval(
     cfg: Any,
-    task: Any,
-    engine: Any,
+    task: Task,
+    engine: Engine,
     encode: Callable[[Mapping[str, Any]], list[int]],
     verifier: Callable[[str, Mapping[str, Any]], float],
 ) -> HeldoutEval:

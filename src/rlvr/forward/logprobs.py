@@ -317,18 +317,19 @@ def _fused_chunk_forward(
         else:
             block_total = shifted.exp_().sum(1)
             block_weighted = None
-        if top is None:
+        if top is None or total is None:  # the first block
             total, weighted = block_total, block_weighted
         else:
             drop = top - new_top  # m − m' ≤ 0
             rescale = drop.exp()
-            if with_entropy:
+            if weighted is not None and block_weighted is not None:  # with_entropy
                 weighted = rescale * (weighted + drop * total) + block_weighted
             total = total * rescale + block_total
         top = new_top
+    assert top is not None and total is not None  # vocab ≥ 1: at least one block
     log_total = total.log()
     lse = top + log_total
-    entropy = log_total - weighted / total if with_entropy else None
+    entropy = log_total - weighted / total if weighted is not None else None
     return target_logits - lse, lse, entropy
 
 
@@ -351,7 +352,7 @@ class _FusedTokenLogprobs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         hidden: torch.Tensor,
         weight: torch.Tensor,
@@ -379,7 +380,7 @@ class _FusedTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(  # type: ignore[override]
+    def backward(
         ctx: Any, grad_logprobs: torch.Tensor, _grad_entropy: torch.Tensor
     ) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, targets, lse = ctx.saved_tensors
@@ -398,20 +399,20 @@ class _FusedTokenLogprobs(torch.autograd.Function):
                 w_block = weight[v : v + step]
                 # p = exp(z − logsumexp(z)), in place on the recomputed block of logits
                 probs = torch.mm(scaled, w_block.t()).sub_(lse[rows, None]).exp_()
-                if need_hidden:
+                if grad_hidden is not None:
                     if expected is None:
                         expected = torch.mm(probs, w_block)
                     else:
                         expected.addmm_(probs, w_block)
-                if need_weight:
+                if grad_weight is not None:
                     if first == 0:  # the first chunk writes the block, later ones add to it
                         torch.mm(probs.t(), weighted, out=grad_weight[v : v + step]).neg_()
                     else:
                         grad_weight[v : v + step].addmm_(probs.t(), weighted, alpha=-1)
-            if need_hidden:
+            if grad_hidden is not None:
                 row_scale = grad_logprobs[rows, None] * ctx.scale  # s·g_k, [c, 1]
                 grad_hidden[rows] = (weight.index_select(0, t) - expected).mul_(row_scale)
-            if need_weight:
+            if grad_weight is not None:
                 grad_weight.index_add_(0, t, weighted)
         return grad_hidden, grad_weight, None, None, None, None
 

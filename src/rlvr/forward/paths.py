@@ -39,9 +39,6 @@ from rlvr.forward.packing import (
 )
 from rlvr.forward.segment_attention import attention_method, flex_unavailable
 
-Unit = TokenBatch | PackedRows
-
-
 CHECK_TOKENS = 64
 """`PackedForward.check` runs on at most this many prompt and this many completion tokens of a
 row. Enough to compare the two attention paths on a shared prompt and separate segments, while
@@ -62,14 +59,20 @@ class PaddedForward:
     def __init__(self, micro_batch_size: int, temperature: float) -> None:
         self.micro_batch_size, self.temperature = micro_batch_size, temperature
 
-    def micro_batches(self, tokens: TokenBatch, rows: torch.Tensor) -> list[tuple[Any, Unit]]:
+    def micro_batches(self, tokens: TokenBatch, rows: torch.Tensor) -> list[tuple[Any, Any]]:
+        """[(row indices, TokenBatch)]: each unit is only ever handed back to this path."""
         mbs = self.micro_batch_size
         return [
             (rows[s : s + mbs], tokens.rows(rows[s : s + mbs])) for s in range(0, len(rows), mbs)
         ]
 
     def logprobs(
-        self, model: Any, unit: Unit, *, with_entropy: bool = False, entropy_grad: bool = False
+        self,
+        model: Any,
+        unit: TokenBatch,
+        *,
+        with_entropy: bool = False,
+        entropy_grad: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         return completion_logprobs(
             model,
@@ -79,7 +82,7 @@ class PaddedForward:
             entropy_grad=entropy_grad,
         )
 
-    def token_counts(self, unit: Unit) -> tuple[int, int]:
+    def token_counts(self, unit: TokenBatch) -> tuple[int, int]:
         return unit.input_ids.numel(), int(unit.attention_mask.sum())
 
     def check(self, model: Any, tokens: TokenBatch) -> None:
@@ -107,7 +110,8 @@ class PackedForward:
         self.attention = attention  # training.packed_attention
         self.checked = False
 
-    def micro_batches(self, tokens: TokenBatch, rows: torch.Tensor) -> list[tuple[Any, Unit]]:
+    def micro_batches(self, tokens: TokenBatch, rows: torch.Tensor) -> list[tuple[Any, Any]]:
+        """[(row indices, PackedRows)]: each unit is only ever handed back to this path."""
         prompts, completions = tokens.unpadded()
         packs = packed_micro_batches(
             prompts,
@@ -122,7 +126,12 @@ class PackedForward:
         return [(p.rows, p) for p in packs]
 
     def logprobs(
-        self, model: Any, unit: Unit, *, with_entropy: bool = False, entropy_grad: bool = False
+        self,
+        model: Any,
+        unit: PackedRows,
+        *,
+        with_entropy: bool = False,
+        entropy_grad: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         return packed_completion_logprobs(
             model,
@@ -134,7 +143,7 @@ class PackedForward:
             attention=attention_method(self.attention, unit.segment_ids, unit.parent_ids),
         )
 
-    def token_counts(self, unit: Unit) -> tuple[int, int]:
+    def token_counts(self, unit: PackedRows) -> tuple[int, int]:
         return unit.num_tokens, unit.num_real_tokens
 
     def check(self, model: Any, tokens: TokenBatch) -> None:
@@ -185,7 +194,7 @@ class PackedForward:
         if c.numel() == 0:
             return None
         packed = pack_rows([p, p, p], [c, c.flip(0), c], [[(0, 1), 2]], self.pad_id)
-        options = {"temperature": self.temperature, "chunk_size": self.chunk_size}
+        options: dict[str, Any] = {"temperature": self.temperature, "chunk_size": self.chunk_size}
         with torch.no_grad():
             dense, _ = packed_completion_logprobs(model, packed, attention="dense", **options)
             try:

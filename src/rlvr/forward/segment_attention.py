@@ -269,7 +269,7 @@ def _dispatcher(base: str) -> Any:
                 raise NotImplementedError(
                     f"packed attention without a mask: {name} is not supported"
                 )
-        if rlvr_block_mask is not None:
+        if rlvr_block_mask is not None or rlvr_segments is None:  # one of the two is set
             return _flex(query, key, value, rlvr_block_mask, kwargs.get("scaling")), None
         out = segment_attention(
             query,

@@ -90,8 +90,8 @@ def bwrap_argv(
     # stays outside, and no mount shows where the package lives.
     for directory in sorted({os.path.dirname(path) for path in files}):
         argv += ["--perms", "0755", "--dir", directory]
-    for path, fd in files.items():
-        argv += ["--perms", "0444", "--ro-bind-data", str(fd), path]
+    for target, fd in files.items():
+        argv += ["--perms", "0444", "--ro-bind-data", str(fd), target]
     argv += ["--proc", "/proc"]
     argv += ["--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
     for device in _DEVICES:

@@ -303,6 +303,7 @@ def _works(home: CgroupHome) -> bool:
     try:
         cgroup.configure(64 << 20, 4)
         child = subprocess.Popen(["/bin/cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        assert child.stdin is not None  # stdin=PIPE
     except OSError:
         cgroup.close()
         return False

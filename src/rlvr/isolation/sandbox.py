@@ -206,7 +206,7 @@ class Sandbox:
             proc, result_fd, info_fd, go_fd = self._launch(program, todo, nonces)
         except BaseException:
             if leased is not None:
-                leased[1].give_back(cgroup)  # nothing ran in it
+                leased[1].give_back(leased[0])  # nothing ran in it
             raise
         # Meanwhile bwrap sets up and the runner starts: find the runner, move it into the cgroup.
         joining = _RunnerJoin(info_fd, proc.pid, cgroup, self.startup_timeout_s)
@@ -306,8 +306,13 @@ class Sandbox:
         files = {RUNNER_PATH: runner_fd, CHECKER_PATH: checker_fd}
         runner = RUNNER_PATH if sandboxed else RUNNER_FILE
         python = [python_layout()[0], "-I", "-S", "-X", "utf8", runner]
-        info_r, info_w = os.pipe() if sandboxed else (None, None)
-        prefix = bwrap_argv(bwrap, limits, as_root, files, info_w) if sandboxed else []
+        info_r: int | None = None
+        info_w: int | None = None
+        prefix: list[str] = []
+        if sandboxed:
+            assert bwrap is not None  # else _fallback made the launch unsandboxed (or raised)
+            info_r, info_w = os.pipe()
+            prefix = bwrap_argv(bwrap, limits, as_root, files, info_w)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
         if sandboxed:
             env["HOME"] = "/tmp"
@@ -405,6 +410,7 @@ class _FrameReader:
         self.eof = False
         self.selector = selectors.DefaultSelector()
         self.selector.register(fd, selectors.EVENT_READ)
+        assert proc.stderr is not None  # every launch is started with stderr=PIPE
         self.selector.register(proc.stderr, selectors.EVENT_READ)
 
     def next_frame(self, deadline: float):
@@ -480,20 +486,21 @@ class _RunnerJoin:
         self, info_fd: int | None, pid: int, cgroup: LaunchCgroup | None, timeout_s: float
     ) -> None:
         self.pidfd: int | None = None
-        self.pid: int | None = None if info_fd is not None else pid
         self.error: str | None = None
         self.thread = threading.Thread(
-            target=self._run, args=(info_fd, cgroup, timeout_s), name="rlvr-sandbox-join"
+            target=self._run, args=(info_fd, pid, cgroup, timeout_s), name="rlvr-sandbox-join"
         )
         self.thread.start()
 
-    def _run(self, info_fd: int | None, cgroup: LaunchCgroup | None, timeout_s: float) -> None:
+    def _run(
+        self, info_fd: int | None, pid: int, cgroup: LaunchCgroup | None, timeout_s: float
+    ) -> None:
         try:
             if info_fd is not None:
-                self.pid = int(_read_info(info_fd, time.monotonic() + timeout_s)["child-pid"])
-                self.pidfd = os.pidfd_open(self.pid)
+                pid = int(_read_info(info_fd, time.monotonic() + timeout_s)["child-pid"])
+                self.pidfd = os.pidfd_open(pid)
             if cgroup is not None:
-                cgroup.add(self.pid)
+                cgroup.add(pid)
         except (OSError, ValueError, KeyError, TypeError) as e:
             where = f" into {cgroup.path}" if cgroup is not None else ""
             self.error = f"code sandbox: cannot find the runner or move it{where}: {e}"
@@ -530,6 +537,7 @@ def _end_launch(
                 except (ProcessLookupError, PermissionError):
                     pass
         proc.wait()
+        assert proc.stderr is not None  # stderr=PIPE
         proc.stderr.close()
         if leased is not None:
             threading.Thread(target=leased[1].give_back, args=(leased[0],), daemon=True).start()
@@ -554,6 +562,7 @@ def _reap(proc: subprocess.Popen, leased: tuple[LaunchCgroup, CgroupPool] | None
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
+    assert proc.stderr is not None  # stderr=PIPE
     proc.stderr.close()
     if leased is not None:
         leased[1].give_back(leased[0])

@@ -349,9 +349,13 @@ def wire_fds(fds) -> None:
 
 
 def open_std_streams(path) -> None:
-    sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)
-    sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
-    sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", closefd=False)
+    # sys.__std*__ are replaced too (final in the stubs): fds 0-2 are the case's own.
+    sys.stdin = open(0, encoding="utf-8", closefd=False)
+    sys.__stdin__ = sys.stdin  # type: ignore[misc]
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+    sys.__stdout__ = sys.stdout  # type: ignore[misc]
+    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
+    sys.__stderr__ = sys.stderr  # type: ignore[misc]
     sys.argv = [path]
 
 

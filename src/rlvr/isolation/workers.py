@@ -35,9 +35,12 @@ import traceback
 import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvr.errors import UserError
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkServerContext, SpawnContext
 
 START_TIMEOUT_S = 120.0  # a worker that is not ready after this long is a bug (or a dead machine)
 DETAIL_MAX_CHARS = 200
@@ -65,7 +68,7 @@ class WorkerSetupError(Exception):
     """The worker could not build its handler (bad spec, import error); message from the worker."""
 
 
-def mp_context() -> multiprocessing.context.BaseContext:
+def mp_context() -> ForkServerContext | SpawnContext:
     """The multiprocessing context for verifier workers: forkserver (with preloads) or spawn."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")

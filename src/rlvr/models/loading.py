@@ -163,7 +163,7 @@ def converted_gguf(path: str, gguf_file: str, trust_remote_code: bool = False) -
             tokenizer = AutoTokenizer.from_pretrained(
                 path, gguf_file=gguf_file, trust_remote_code=trust_remote_code
             )
-            model = AutoModelForCausalLM.from_pretrained(
+            model: Any = AutoModelForCausalLM.from_pretrained(
                 path, gguf_file=gguf_file, dtype=torch.float32, trust_remote_code=trust_remote_code
             )
         except Exception as e:  # the GGUF reader's errors for a file it cannot read are many
@@ -223,7 +223,7 @@ def load_model(
 
     path, extra = _source(cfg.name_or_path, cfg.gguf_file, cfg.trust_remote_code)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(  # a PEFT wrapper under LoRA
             path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **extra
         )
     except (OSError, ValueError) as e:
@@ -288,7 +288,7 @@ def encode_prompt(
     chat: bool,
     system_prompt: str | None = None,
     tools: list[dict] | None = None,
-    shots: list[dict] | None = None,
+    shots: list[Mapping[str, str]] | None = None,
 ) -> list[int]:
     """Token ids of a prompt: through the chat template for instruct models, plain otherwise.
 

@@ -17,7 +17,7 @@ import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from rlvr.errors import ConfigError
 
@@ -70,7 +70,7 @@ class WandbLogger:
             project=project,
             dir=str(run_dir),
             config=dict(config),
-            mode=mode,
+            mode=cast(Literal["offline", "online", "disabled"], mode),  # logging.wandb_mode
             name=run_dir.name,
             reinit="finish_previous",
         )

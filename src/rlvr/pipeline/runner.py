@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -35,6 +35,9 @@ from rlvr.config import Config, DataConfig, EvalConfig, ModelConfig, RewardConfi
 from rlvr.config import to_dict as config_to_dict
 from rlvr.errors import ConfigError
 from rlvr.pipeline.spec import PipelineSpec, StageSpec
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 STAGE_FILE = "stage.json"
 START_FILE = "stage.start.json"
@@ -94,7 +97,7 @@ def merge(tree: dict, overrides: dict, prefix: str = "") -> None:
             _set(tree, full, value)
 
 
-def _schema(kind: str) -> tuple[type, str | None]:
+def _schema(kind: str) -> tuple[type[DataclassInstance], str | None]:
     """(config schema, name of its task section) of a stage kind."""
     if kind == "grpo":
         return Config, "data"
@@ -257,6 +260,7 @@ class Pipeline:
         elif stage.kind == "sample":
             record["summary"] = kinds.run_sample_stage(cfg, sdir, self.log, self.progress)
         elif stage.kind == "filter":
+            assert stage.data is not None  # parse_pipeline refuses a filter stage without data
             source = self.data_path(stage.data.partition(".")[0] + ".samples")
             record["summary"] = kinds.run_filter(cfg, Path(source), sdir, self.log)
         else:  # eval

@@ -143,13 +143,13 @@ def parse_pipeline(
     if "model" in tree:
         models["base"] = _name(tree["model"], f"{where}: model")
     models.setdefault("base", "embedded")
-    for name, value in (model_overrides or {}).items():
-        if name not in models:
+    for model, value in (model_overrides or {}).items():
+        if model not in models:
             raise ConfigError(
-                f"{where}: --{_show(name)} given, but the pipeline names no model "
-                f"{name!r} (models: {', '.join(map(_show, models))})"
+                f"{where}: --{_show(model)} given, but the pipeline names no model "
+                f"{model!r} (models: {', '.join(map(_show, models))})"
             )
-        models[name] = value
+        models[model] = value
     defaults = _mapping(tree.get("defaults"), f"{where}: defaults")
     for kind, value in defaults.items():
         if kind not in KINDS:

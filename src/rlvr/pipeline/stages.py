@@ -15,9 +15,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.config import DataConfig, EvalConfig, RewardConfig, option
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 Log = Callable[[str], None]
 
@@ -49,17 +52,18 @@ def run_sample_stage(cfg: Any, run_dir: Path, log: Log, progress: bool) -> dict:
 # --- filter ----------------------------------------------------------------------------------
 
 
-def filter_schema() -> type:
+def filter_schema() -> type[DataclassInstance]:
     """The config of a filter stage: the `filter` section of `rlvr sample`, on its own."""
     import dataclasses
 
     from rlvr.sample.job import FilterSection
 
-    return dataclasses.make_dataclass(
+    schema = dataclasses.make_dataclass(
         "FilterConfig",
         [("filter", FilterSection, field(default_factory=FilterSection))],
         namespace={"validate": lambda self: self.filter.check("filter.")},
     )
+    return cast("type[DataclassInstance]", schema)  # make_dataclass is typed as giving a type
 
 
 def run_filter(cfg: Any, samples_path: Path, out_dir: Path, log: Log) -> dict:

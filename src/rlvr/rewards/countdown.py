@@ -30,7 +30,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from rlvr.errors import DataError
 from rlvr.markup import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
@@ -113,7 +113,7 @@ def _apply(op: ast.operator, left: Fraction, right: Fraction) -> Fraction:
 def evaluate(tree: ast.expr) -> Fraction:
     """The exact value of a validated tree; ZeroDivisionError on division by zero."""
     if isinstance(tree, ast.Constant):
-        return Fraction(tree.value)
+        return Fraction(cast(int, tree.value))  # validated: int literals only
     return _apply(tree.op, evaluate(tree.left), evaluate(tree.right))  # type: ignore[attr-defined]
 
 
@@ -124,7 +124,7 @@ def steps(tree: ast.expr) -> list[str]:
 
     def walk(node: ast.expr) -> Fraction:
         if isinstance(node, ast.Constant):
-            return Fraction(node.value)
+            return Fraction(cast(int, node.value))
         left, right = walk(node.left), walk(node.right)  # type: ignore[attr-defined]
         value = _apply(node.op, left, right)  # type: ignore[attr-defined]
         out.append(f"{_show(left)}{_OPS[type(node.op)]}{_show(right)}={_show(value)}")  # type: ignore[attr-defined]

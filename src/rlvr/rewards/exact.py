@@ -124,9 +124,10 @@ def gold_answer(sample: Mapping[str, Any]) -> str:
         if _SIGNED_INTEGER.fullmatch(text):  # any length, no int() digit limit
             return _normalise(text)
         try:
-            value = int(text)  # also reads '1_000' and non-ASCII digits, as int() does
+            number = int(text)  # also reads '1_000' and non-ASCII digits, as int() does
         except ValueError:
             raise DataError(f"{where} must be an integer, got {value[:80]!r}") from None
+        value = number
     elif isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):

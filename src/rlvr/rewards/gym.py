@@ -106,7 +106,7 @@ class GymVerifier:
         return {"max_answer_chars": self.max_answer_chars}  # datasets are rebuilt on demand
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(**state)
+        type(self).__init__(self, **state)
 
 
 # "gym" in the registry; "rlvr.rewards.gym:gym_reward" as a spec.

@@ -134,7 +134,7 @@ class RegexVerifier:
             return Score(0.0, f"{e}: {(answer or '')[:80]!r}")
         if kind == "bad_pattern":
             raise DataError(f"{where} does not compile: {result}")
-        return Score(1.0 if result else 0.0, why or answer[:80])
+        return Score(1.0 if result else 0.0, why or (answer or "")[:80])
 
     def __call__(self, completion: str, sample: Mapping[str, Any]) -> float:
         return self.score(completion, sample).reward

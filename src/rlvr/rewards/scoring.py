@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rlvr.rewards.base import (
@@ -84,15 +85,16 @@ class Scorer:
         for i, (text, sample) in enumerate(zip(texts, samples)):
             if composite is not None:
                 parts, failure = contained(
-                    lambda t=text, s=sample: _composite_parts(composite, t, s), "verifier"
+                    partial(_composite_parts, composite, text, sample), "verifier"
                 )
                 for name, value in (parts or {}).items():
                     self.components.setdefault(name, []).append(value)
                 r = composite.weighted_sum(parts) if parts is not None else 0.0
             else:
-                r, failure = contained(
-                    lambda t=text, s=sample: checked_reward(self.verifier(t, s)), "verifier"
+                reward, failure = contained(
+                    partial(_reward, self.verifier, text, sample), "verifier"
                 )
+                r = 0.0 if reward is None else reward
             if failure is not None:
                 r = 0.0
                 failed.append(replace(failure, row=i))
@@ -108,6 +110,11 @@ class Scorer:
         """The failure records gathered since the last call, and start afresh."""
         out, self.failures = self.failures, []
         return out
+
+
+def _reward(verifier: Verifier, text: str, sample: Mapping[str, Any]) -> float:
+    """The verifier's reward; raises when it is not a finite real number."""
+    return checked_reward(verifier(text, sample))
 
 
 def _composite_parts(

@@ -4,6 +4,7 @@ from rlvr.rollout.engines import ENGINES, build_engine
 from rlvr.rollout.fast_engine import FastEngine
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.types import (
+    Engine,
     RolloutBatch,
     Round,
     SamplingParams,
@@ -14,6 +15,7 @@ from rlvr.rollout.types import (
 
 __all__ = [
     "ENGINES",
+    "Engine",
     "FastEngine",
     "HFEngine",
     "RolloutBatch",

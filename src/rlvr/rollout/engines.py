@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -9,25 +10,22 @@ import torch
 from rlvr.errors import ConfigError
 from rlvr.rollout.fast_engine import FastEngine
 from rlvr.rollout.hf_engine import HFEngine
+from rlvr.rollout.types import Engine
 
 
-def _vllm_engine() -> type:
+def _vllm_engine(model: torch.nn.Module, tokenizer: Any, **options: Any) -> Engine:
     from rlvr.rollout.vllm_engine import VLLMEngine  # vLLM itself loads when one is built
 
-    return VLLMEngine
+    return VLLMEngine(model, tokenizer, **options)
 
 
-# name -> the engine class, or a function returning it (engines with optional dependencies)
-ENGINES: dict[str, Any] = {"hf": HFEngine, "fast": FastEngine, "vllm": _vllm_engine}
-
-
-def engine_class(name: str) -> type:
-    if name not in ENGINES:
-        raise ConfigError(
-            f"rollout.engine: unknown engine {name!r}; expected one of {sorted(ENGINES)}"
-        )
-    entry = ENGINES[name]
-    return entry if isinstance(entry, type) else entry()
+# name -> what builds the engine (model, tokenizer, **options); each is checked against the
+# Engine protocol (rlvr.rollout.types) by the type checker
+ENGINES: dict[str, Callable[..., Engine]] = {
+    "hf": HFEngine,
+    "fast": FastEngine,
+    "vllm": _vllm_engine,
+}
 
 
 def decoded_rows(rollout: Any) -> int:
@@ -52,7 +50,11 @@ def engine_options(rollout: Any) -> dict[str, Any]:
     return options
 
 
-def build_engine(name: str, model: torch.nn.Module, tokenizer, **options) -> Any:
+def build_engine(name: str, model: torch.nn.Module, tokenizer: Any, **options: Any) -> Engine:
     """The engine called `name` over `model` (options: the engines' keyword arguments, e.g.
     max_batch_size). Unknown names raise a one-line ConfigError listing the known ones."""
-    return engine_class(name)(model, tokenizer, **options)
+    if name not in ENGINES:
+        raise ConfigError(
+            f"rollout.engine: unknown engine {name!r}; expected one of {sorted(ENGINES)}"
+        )
+    return ENGINES[name](model, tokenizer, **options)

@@ -20,7 +20,7 @@ whether any row finished; stop strings are decoded only when set. See docs/rollo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,7 +124,8 @@ class FastEngine:
         self.eos_token_ids = self._hf.eos_token_ids
         self.pad_token_id = self._hf.pad_token_id
         # A peft (LoRA) wrapper: run the wrapped model's modules, adapters included.
-        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        get_base_model = getattr(model, "get_base_model", None)
+        inner = get_base_model() if get_base_model is not None else model
         self.fallback_reason = unsupported_reason(inner)
         if pack_weights is None:
             pack_weights = getattr(inner.config, "hidden_size", 0) >= PACK_MIN_HIDDEN
@@ -191,11 +192,14 @@ class FastEngine:
         check_sampling_params(sampling)
         if n < 1:
             raise ValueError(f"FastEngine.generate: n must be >= 1, got {n}")
-        prompt_ids = [_as_prompt_tensor(p, i) for i, p in enumerate(prompts)]
+        prompt_tokens: Sequence[Sequence[int] | torch.Tensor] = prompts
+        prompt_ids = [_as_prompt_tensor(p, i) for i, p in enumerate(prompt_tokens)]
         max_len = max((p.numel() for p in prompt_ids), default=0) + sampling.max_new_tokens
+        decoder, decode = self._decoder, self._decode
         if (
             not prompt_ids
-            or self._decoder is None
+            or decoder is None
+            or decode is None
             or (self._window is not None and max_len > self._window)
         ):
             return self._hf.generate(prompt_ids, n, sampling, generator, first_row)
@@ -204,13 +208,13 @@ class FastEngine:
         self.model.eval()
         try:
             with torch.no_grad():
-                self._decoder.prepare()
+                decoder.prepare()
                 rows = torch.arange(len(prompt_ids) * n) + first_row
                 keys = row_keys(sampling_seed(generator), rows)
-                run = _Rollout(self, prompt_ids, n, sampling, keys)
+                run = _Rollout(self, decoder, decode, prompt_ids, n, sampling, keys)
                 completions, logprobs, reasons = run.decode()
         finally:
-            self._decoder.release()
+            decoder.release()
             self.model.train(was_training)
         texts = [self._completion_text(c, r) for c, r in zip(completions, reasons, strict=True)]
         return RolloutBatch(
@@ -222,9 +226,9 @@ class FastEngine:
             prompt_index=[i for i in range(len(prompt_ids)) for _ in range(n)],
         )
 
-    def _slot_cache(self, slots: int, max_len: int) -> SlotKVCache:
+    def _slot_cache(self, decoder: LlamaFamilyDecoder, slots: int, max_len: int) -> SlotKVCache:
         """The kept buffers when they fit this call, else new ones (replacing them)."""
-        decoder, param = self._decoder, next(self.model.parameters())
+        param = next(self.model.parameters())
         max_len = -(-max_len // _LENGTH_QUANTUM) * _LENGTH_QUANTUM
         shape = (decoder.num_layers, slots, decoder.kv_heads, max_len, decoder.head_dim)
         if self._cache is None or not self._cache.fits(*shape, param.dtype, param.device):
@@ -255,12 +259,16 @@ class _Rollout:
     def __init__(
         self,
         engine: FastEngine,
+        decoder: LlamaFamilyDecoder,
+        decode: Callable[[torch.Tensor, torch.Tensor, SlotKVCache, int], torch.Tensor],
         prompts: list[torch.Tensor],
         n: int,
         sampling: SamplingParams,
         keys: torch.Tensor,
     ) -> None:
         self.engine, self.prompts, self.n = engine, prompts, n
+        # the engine's decoder and its decode step (compiled or not)
+        self.decoder, self.decode_step = decoder, decode
         self.sampling = sampling
         self.device = engine.device
         self.num_rows = len(prompts) * n
@@ -269,7 +277,7 @@ class _Rollout:
         if engine.compile:
             # A compiled step has a static width: a power of two, so few widths get compiled.
             slots = min(engine.max_batch_size, 1 << (slots - 1).bit_length())
-        self.cache = engine._slot_cache(slots, longest)
+        self.cache = engine._slot_cache(decoder, slots, longest)
         self.slots = slots
         device, max_new = self.device, sampling.max_new_tokens
         self.eos_ids = torch.tensor(engine.eos_token_ids, dtype=torch.long, device=device)
@@ -320,7 +328,7 @@ class _Rollout:
         for row, prompt in enumerate(batch):
             ids[row, : prompt.numel()] = prompt
         lengths = lengths.to(self.device)
-        keys, values, logits = engine._decoder.prefill(ids.to(self.device), lengths)
+        keys, values, logits = self.decoder.prefill(ids.to(self.device), lengths)
         prefill = _Prefill(keys=keys, values=values, logits=logits, lengths=lengths)
         for row, prompt in enumerate(batch):
             self.prefixes[first + row] = _Prefix(
@@ -420,6 +428,7 @@ class _Rollout:
         busy = [s for s in range(width) if self.slot_row[s] >= 0]
         if busy == list(range(len(busy))):
             return len(busy)
+        assert self.logits is not None  # made by _load before the first decode step
         index = torch.tensor(busy, device=self.device)
         self.cache.compact(index, self.cache_len)
         for state in (
@@ -446,6 +455,7 @@ class _Rollout:
         engine, sampling = self.engine, self.sampling
         max_new = sampling.max_new_tokens
         self._fill(list(range(self.slots)))
+        assert self.logits is not None  # made by _load for the first rows
         width = self.slots
         while True:
             logits = self.logits[:width]
@@ -469,7 +479,7 @@ class _Rollout:
             finished_slots = finished.nonzero().flatten().tolist() if finished.any() else []
             if len(finished_slots) < self.busy:  # some row goes on: feed the sampled tokens
                 length = self.cache.max_len if engine.compile else self.cache_len
-                logits = engine._decode(tokens, self.positions[:width], self.cache, length)
+                logits = self.decode_step(tokens, self.positions[:width], self.cache, length)
                 if width == self.slots:  # adopt the new tensor: no [W, V] copy per step
                     self.logits = logits
                 else:

@@ -70,7 +70,8 @@ class HFEngine:
         )
         self.pad_token_id = _default_pad_id(tokenizer, self.eos_token_ids, pad_token_id)
         # A peft (LoRA) wrapper forwards **kwargs to the model it wraps: inspect that one.
-        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        get_base_model = getattr(model, "get_base_model", None)
+        inner = get_base_model() if get_base_model is not None else model
         forward_params = inspect.signature(inner.forward).parameters
         # transformers >= 5.x renamed `past_key_values` to `cache`; accept either.
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
@@ -127,7 +128,8 @@ class HFEngine:
         check_sampling_params(sampling)
         if n < 1:
             raise ValueError(f"HFEngine.generate: n must be >= 1, got {n}")
-        prompt_ids = [_as_prompt_tensor(p, i) for i, p in enumerate(prompts)]
+        prompt_tokens: Sequence[Sequence[int] | torch.Tensor] = prompts
+        prompt_ids = [_as_prompt_tensor(p, i) for i, p in enumerate(prompt_tokens)]
         row_prompts = [p for p in prompt_ids for _ in range(n)]
         prompt_index = [i for i in range(len(prompt_ids)) for _ in range(n)]
         keys = row_keys(sampling_seed(generator), torch.arange(len(row_prompts)) + first_row)

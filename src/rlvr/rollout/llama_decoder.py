@@ -18,6 +18,8 @@ sequence fits inside the window.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -29,6 +31,11 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 # RoPE variants whose frequencies do not depend on the sequence length, so one table of cos/sin
 # per position is exact ("dynamic" / "longrope" rescale with the current length).
 _STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+# cos and signed sin [.., D] (see `_apply_rope`), cos + i sin [.., D/2] (`_rotate_interleaved`)
+_Rope = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+
+# The model's own (HF) modules are duck-typed as Any below: torch types a submodule attribute
+# such as `layer.self_attn` or `norm.weight` as `Tensor | Module`.
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -62,7 +69,7 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
 
 def sliding_window(model: torch.nn.Module) -> int | None:
     """The attention window of any sliding layer (None when every layer attends fully)."""
-    config = model.config
+    config: Any = model.config
     window = getattr(config, "sliding_window", None)
     if window is None:
         return None
@@ -140,14 +147,14 @@ def _unit_norm(x: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
     return x / torch.hypot(torch.linalg.vector_norm(x, dim=-1, keepdim=True), floor)
 
 
-def _norm_floor(norm: torch.nn.Module) -> torch.Tensor:
+def _norm_floor(norm: Any) -> torch.Tensor:
     """sqrt(H eps) of an RMSNorm, as the 0-dim tensor `_unit_norm` takes."""
     weight = norm.weight
     value = (weight.shape[-1] * norm.variance_epsilon) ** 0.5
     return torch.tensor(value, dtype=weight.dtype, device=weight.device)
 
 
-def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
     """The model's RMSNorm in fewer ops than the module, when it is a known RMSNorm class.
     Like HF's, half-precision inputs are normalised in float32 and cast back before the weight."""
     if not _is_rms_norm(norm):
@@ -157,18 +164,18 @@ def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return norm.weight * _rms_scale(x.float(), norm.variance_epsilon).to(x.dtype)
 
 
-def _can_fold(norm: torch.nn.Module) -> bool:
+def _can_fold(norm: Any) -> bool:
     """Fold the norm into the next matmul only in float32: in half precision the folded
     weights would round differently from HF's norm-then-matmul."""
     return _is_rms_norm(norm) and norm.weight.dtype == torch.float32
 
 
-def _folded_norm_weight(norm: torch.nn.Module) -> torch.Tensor:
+def _folded_norm_weight(norm: Any) -> torch.Tensor:
     """The RMSNorm weight times sqrt(H), to fold into the next matmul (see `_unit_norm`)."""
     return norm.weight * norm.weight.shape[-1] ** 0.5
 
 
-def _residual_weight(linear: torch.nn.Module) -> torch.Tensor | None:
+def _residual_weight(linear: Any) -> torch.Tensor | None:
     if is_plain_linear(linear) and linear.bias is None:
         return linear.weight
     return None
@@ -194,7 +201,9 @@ def _pack(weight: torch.Tensor) -> torch.Tensor:
 _PACK_ROWS = 8  # the batch size oneDNN tunes the layout for; any row count is exact
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: bool):
+def _linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: bool
+) -> torch.Tensor:
     if packed:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
@@ -233,7 +242,7 @@ class _LayerPlan:
 
     def __init__(
         self,
-        layer: torch.nn.Module,
+        layer: Any,  # a decoder layer: self_attn.q_proj, mlp.act_fn, input_layernorm, ...
         fuse: bool,
         pack: bool = False,
         head_dim: int | None = None,
@@ -247,12 +256,12 @@ class _LayerPlan:
         norm = layer.input_layernorm
         self.interleaved = False
         if fuse and all(is_plain_linear(m) for m in qkv):
-            self.interleaved = head_dim is not None and qkv[0].weight.dtype == torch.float32
             weights = [m.weight for m in qkv]
             biases = [
                 m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in qkv
             ]
-            if self.interleaved:  # q and k: the rotated projections
+            if head_dim is not None and qkv[0].weight.dtype == torch.float32:
+                self.interleaved = True  # q and k: the rotated projections
                 weights[:2] = [_interleave_rope_rows(w, head_dim) for w in weights[:2]]
                 biases[:2] = [_interleave_rope_rows(b, head_dim) for b in biases[:2]]
             self.qkv_weight = torch.cat(weights)
@@ -273,8 +282,9 @@ class _LayerPlan:
         silu = fuse and type(mlp.act_fn).__name__ in ("SiLUActivation", "SiLU")
         self.act_fn = F.silu if silu else mlp.act_fn
         # With `pack`, every fused or plain weight above is replaced by a oneDNN-packed copy.
-        self.packed = pack and self.qkv_weight is not None and can_pack(self.qkv_weight)
-        if self.packed:
+        self.packed = False
+        if pack and self.qkv_weight is not None and can_pack(self.qkv_weight):
+            self.packed = True
             self.qkv_weight = _pack(self.qkv_weight)
             if self.gate_up_weight is not None:
                 self.gate_up_weight = _pack(self.gate_up_weight)
@@ -337,17 +347,20 @@ class LlamaFamilyDecoder:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"LlamaFamilyDecoder: {reason}")
-        self.model = model
-        self.decoder = model.model
+        decoder: Any = model.model
+        self.model: Any = model
+        self.decoder = decoder
         self.fuse_projections = fuse_projections
         self.pack_weights = pack_weights and fuse_projections
-        config = model.config
-        self.num_layers = len(self.decoder.layers)
-        self.num_heads = config.num_attention_heads
-        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        config: Any = model.config
+        self.num_layers = len(decoder.layers)
+        self.num_heads: int = config.num_attention_heads
+        self.kv_heads: int = getattr(config, "num_key_value_heads", None) or self.num_heads
+        self.head_dim: int = (
+            getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        )
         self._gqa = self.num_heads != self.kv_heads
-        self._rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
+        self._rope: _Rope | None = None
         # Kept between calls: one plan per layer and the packed output head with its stamp.
         self._kept_plans: list[_LayerPlan | None] = []
         self._kept_head: tuple[Stamp, torch.Tensor | None] | None = None
@@ -364,14 +377,16 @@ class LlamaFamilyDecoder:
         if len(self._kept_plans) != len(layers):
             self._kept_plans = [None] * len(layers)
         kept = self._kept_plans
+        plans: list[_LayerPlan] = []
         for index, layer in enumerate(layers):
             plan = kept[index]
             if plan is None or not plan.stamp.matches(layer_sources(layer)):
                 kept[index] = None
-                kept[index] = _LayerPlan(
+                plan = kept[index] = _LayerPlan(
                     layer, self.fuse_projections, self.pack_weights, self.head_dim
                 )
-        self._plans = list(kept)
+            plans.append(plan)
+        self._plans = plans
         head = self.model.lm_head
         sources = module_sources((head,))
         if self._kept_head is None or not self._kept_head[0].matches(sources):
@@ -391,9 +406,7 @@ class LlamaFamilyDecoder:
             self._kept_plans = []
             self._kept_head = None
 
-    def rope_table(
-        self, length: int, like: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def rope_table(self, length: int, like: torch.Tensor) -> _Rope:
         """cos and signed sin (see `_apply_rope`) [length, D], and cos + i sin [length, D/2]
         (see `_rotate_interleaved`; None in half precision) for positions 0..length-1, from
         the model's own rotary module (so its scaling variant and attention factor apply);
@@ -418,7 +431,7 @@ class LlamaFamilyDecoder:
         self,
         plan: _LayerPlan,
         qkv: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
+        rope: _Rope,
     ) -> None:
         """RoPE in place on the query and key heads of qkv [..., Hq + 2 Hkv, D]; rope holds
         cos and signed sin [..., 1, D] and cos + i sin [..., 1, D/2] at the tokens' positions.
@@ -426,12 +439,13 @@ class LlamaFamilyDecoder:
         the cache takes both in one write."""
         rotated = qkv[..., : self.num_heads + self.kv_heads, :]
         if plan.interleaved:
+            assert rope[2] is not None, "interleaved plans are float32, with cos + i sin tables"
             _rotate_interleaved(rotated, rope[2])
         else:
             rotated.copy_(_apply_rope(rotated, rope[0], rope[1]))
 
     def _attention_inputs(
-        self, plan: _LayerPlan, h: torch.Tensor, rope: tuple
+        self, plan: _LayerPlan, h: torch.Tensor, rope: _Rope
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B, Hq, T, D], k and v [B, Hkv, T, D] of hidden states h [B, T, H], RoPE applied
         to queries and keys together."""
@@ -473,10 +487,12 @@ class LlamaFamilyDecoder:
         the next-token logits [B, V] at each row's last token.
         """
         h = self.decoder.embed_tokens(input_ids)
-        rope = tuple(
-            t.unsqueeze(1) if t is not None else None
-            for t in self.rope_table(input_ids.shape[1], h)
-        )  # [P, 1, ...]: one row per position, broadcast over heads
+        cos, signed_sin, freqs = self.rope_table(input_ids.shape[1], h)
+        rope = (  # [P, 1, ...]: one row per position, broadcast over heads
+            cos.unsqueeze(1),
+            signed_sin.unsqueeze(1),
+            freqs.unsqueeze(1) if freqs is not None else None,
+        )
         keys, values = [], []
         for plan in self._layer_plans():
             q, k, v = self._attention_inputs(plan, h, rope)
@@ -512,9 +528,11 @@ class LlamaFamilyDecoder:
         width = tokens.shape[0]
         heads = self.num_heads
         h = self.decoder.embed_tokens(tokens)  # [W, H]
-        rope = tuple(
-            t[positions].unsqueeze(1) if t is not None else None
-            for t in self.rope_table(cache.max_len, h)
+        cos, signed_sin, freqs = self.rope_table(cache.max_len, h)
+        rope = (
+            cos[positions].unsqueeze(1),
+            signed_sin[positions].unsqueeze(1),
+            freqs[positions].unsqueeze(1) if freqs is not None else None,
         )
         write_index = cache.write_index(positions)
         hidden = torch.arange(length, device=tokens.device) > positions.unsqueeze(1)

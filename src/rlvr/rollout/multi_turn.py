@@ -43,10 +43,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import torch
 
+from rlvr.config import EnvironmentConfig
 from rlvr.environments import Environment, StepResult, environment_from_config
 from rlvr.errors import ConfigError
 from rlvr.rewards.base import (
@@ -60,7 +62,7 @@ from rlvr.rewards.base import (
     stops_the_run,
 )
 from rlvr.rollout.sampling import sampling_seed
-from rlvr.rollout.types import RolloutBatch, SamplingParams, ToolRecord
+from rlvr.rollout.types import Engine, Prompts, RolloutBatch, SamplingParams, ToolRecord
 
 _GRACE_S = 1.0  # on top of environment.timeout_s before a step is abandoned
 _POLL_S = 0.02
@@ -94,18 +96,17 @@ class _Row:
         return len(self.context) - self.prompt_len
 
     def add(self, ids: torch.Tensor, logprobs: torch.Tensor | None) -> None:
-        sampled = logprobs is not None
         self.tokens.append(ids)
-        self.masks.append(torch.full((ids.numel(),), float(sampled)))
-        self.logprobs.append(logprobs if sampled else torch.zeros(ids.numel()))
+        self.masks.append(torch.full((ids.numel(),), float(logprobs is not None)))
+        self.logprobs.append(logprobs if logprobs is not None else torch.zeros(ids.numel()))
         self.context.extend(ids.tolist())
 
 
 class MultiTurnEngine:
     """`generate` as every engine has it, with an environment per row between model turns.
 
-    engine: the inner engine (fast, hf, vllm); every other attribute (max_batch_size, sync,
-        release_cache, exact_logprobs, device) is the inner engine's.
+    engine: the inner engine (fast, hf, vllm); the rest of the Engine protocol (max_batch_size,
+        exact_logprobs, sync, load_weights, release_cache) are the inner engine's.
     make_env: a function making one environment (rlvr.environments.environment_factory).
     max_turns: model turns per row (>= 1); stop: the tool-call format's stop strings, added to
         the sampling's own; timeout_s: a step running longer (plus a grace second) is
@@ -114,7 +115,7 @@ class MultiTurnEngine:
 
     def __init__(
         self,
-        engine: Any,
+        engine: Engine,
         tokenizer: Any,
         make_env: Callable[[], Environment],
         *,
@@ -129,23 +130,36 @@ class MultiTurnEngine:
         self.max_turns, self.stop = max_turns, tuple(stop)
         self.timeout_s, self.workers = timeout_s, workers
 
-    def __getattr__(self, name: str) -> Any:  # only called for names not found on self
-        return getattr(self.__dict__["engine"], name)
+    # The rest of the Engine protocol is the inner engine's.
+    @property
+    def exact_logprobs(self) -> bool:
+        return self.engine.exact_logprobs
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "max_batch_size":  # the OOM back-off halves the inner engine's batch
-            self.engine.max_batch_size = value
-        else:
-            super().__setattr__(name, value)
+    @property
+    def max_batch_size(self) -> int:
+        return self.engine.max_batch_size
+
+    @max_batch_size.setter
+    def max_batch_size(self, value: int) -> None:  # the OOM back-off halves the inner batch
+        self.engine.max_batch_size = value
+
+    def sync(self, model: torch.nn.Module) -> None:
+        self.engine.sync(model)
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        self.engine.load_weights(state_dict)
+
+    def release_cache(self) -> None:
+        self.engine.release_cache()
 
     def close(self) -> None:
-        close = getattr(self.engine, "close", None)
+        close = getattr(self.engine, "close", None)  # vLLM's engine holds a process
         if close is not None:
             close()
 
     def generate(
         self,
-        prompts: Sequence[Sequence[int]] | Sequence[torch.Tensor],
+        prompts: Prompts,
         n: int,
         sampling: SamplingParams,
         generator: torch.Generator | None = None,
@@ -160,7 +174,7 @@ class MultiTurnEngine:
         for i, prompt in enumerate(prompt_lists):
             sample = samples[i] if samples is not None else {}
             for _ in range(n):
-                started, failure = contained(lambda s=sample: self._start(s), "environment")
+                started, failure = contained(partial(self._start, sample), "environment")
                 env, first = started if started is not None else (None, None)
                 context = prompt + (self._observation_ids(first, None, "eos") if first else [])
                 # (a reset observation is context, appended to the row's prompt as plain text)
@@ -183,7 +197,7 @@ class MultiTurnEngine:
             else:
                 contexts = [rows[r].context for r in active]
                 out = self.engine.generate(contexts, 1, turn_params, gen, first_row)
-            stepping = []
+            stepping: list[tuple[int, Environment, str]] = []
             for j, r in enumerate(active):
                 row = rows[r]
                 row.turns += 1
@@ -197,11 +211,12 @@ class MultiTurnEngine:
                 row.add(ids, lp)
                 row.parts.append(("model", text))
                 row.finish = reason
-                if reason != "length" and row.failure is None:
-                    stepping.append((r, text))
-            results = self._step_all([(rows[r].env, text) for r, text in stepping])
+                # (a row without an environment failed to start: it has a failure)
+                if reason != "length" and row.failure is None and row.env is not None:
+                    stepping.append((r, row.env, text))
+            results = self._step_all([(env, text) for _, env, text in stepping])
             active = []
-            for (r, _), (result, failure) in zip(stepping, results):
+            for (r, _, _), (result, failure) in zip(stepping, results):
                 row = rows[r]
                 row.fail(failure)
                 row.calls += result.tool_call
@@ -368,7 +383,7 @@ def chat_observation_ids(tokenizer: Any, role: str, text: str, *, ended_at_eos: 
     return tokenizer.encode(after, add_special_tokens=False)
 
 
-def with_environment(engine: Any, tokenizer: Any, env: Any) -> Any:
+def with_environment(engine: Engine, tokenizer: Any, env: EnvironmentConfig) -> Engine:
     """`engine` itself when the environment section `env` (rlvr.config.EnvironmentConfig)
     names none; else a MultiTurnEngine around it with that environment (its stop strings from
     `environment_from_config`)."""

@@ -1,8 +1,11 @@
-"""The one batch type every rollout engine fills, and the sampling parameters it obeys."""
+"""The contract of a rollout engine (`Engine`), the one batch type every engine fills, and the
+sampling parameters it obeys."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 
@@ -134,10 +137,53 @@ ROW_FIELDS = (
 OPTIONAL_ROW_FIELDS = ("loss_masks", "tools")
 
 
+Prompts = Sequence[Sequence[int]] | Sequence[torch.Tensor]
+
+
+class Engine(Protocol):
+    """What every rollout engine (`fast`, `hf`, `vllm`, and `MultiTurnEngine` around one of them)
+    offers the rollout source and the evaluation.
+
+    generate: `n` completions of each prompt (token ids), rows of one prompt contiguous. One
+        draw from `generator` seeds the call (keyed sampling); `first_row` is the global index
+        of the call's first row, so a row's draws do not depend on how a batch is split across
+        calls; `samples[i]` is the sample prompt i came from (environments reset with it).
+    sync: take `model`'s current weights (a no-op for engines that read the model's modules).
+    load_weights: take the weights of a state dict (a Ray worker's engine, over its own copy).
+    release_cache: free what the engine keeps between calls before the update needs the memory.
+    max_batch_size: rows decoded together (halved by the out-of-memory back-off).
+    exact_logprobs: the engine's log-probs are the learner's own to fp32 rounding (False: other
+        kernels; the update then computes its own and corrects for the sampler).
+    """
+
+    max_batch_size: int
+
+    @property
+    def exact_logprobs(self) -> bool: ...
+
+    def generate(
+        self,
+        prompts: Prompts,
+        n: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        first_row: int = 0,
+        samples: Sequence[Mapping[str, Any]] | None = None,
+    ) -> RolloutBatch: ...
+
+    def sync(self, model: torch.nn.Module) -> None: ...
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None: ...
+
+    def release_cache(self) -> None: ...
+
+
 def take_rows(rows: list[tuple[RolloutBatch, int]], prompt_index: list[int]) -> RolloutBatch:
     """One batch of the given (batch, row) pairs, in order, renumbered with `prompt_index`;
     optional per-row fields are kept when every source batch has them."""
-    fields = {name: [getattr(b, name)[i] for b, i in rows] for name in ROW_FIELDS[:-1]}
+    fields: dict[str, Any] = {
+        name: [getattr(b, name)[i] for b, i in rows] for name in ROW_FIELDS[:-1]
+    }
     for name in OPTIONAL_ROW_FIELDS:
         if rows and all(getattr(b, name) is not None for b, _ in rows):
             fields[name] = [getattr(b, name)[i] for b, i in rows]

@@ -45,6 +45,7 @@ import tempfile
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -170,7 +171,7 @@ class VLLMEngine:
         self._asleep = False
         self.snapshot = tempfile.mkdtemp(prefix="rlvr-vllm-")
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.snapshot, True)
-        write_pretrained(model, tokenizer, self.snapshot)
+        write_pretrained(model, tokenizer, Path(self.snapshot))
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         options: dict[str, Any] = {
             "model": self.snapshot,
@@ -249,7 +250,8 @@ class VLLMEngine:
         check_sampling_params(sampling)
         if n < 1:
             raise ValueError(f"VLLMEngine.generate: n must be >= 1, got {n}")
-        prompt_ids = [_as_prompt_tensor(p, i) for i, p in enumerate(prompts)]
+        prompt_tokens: Sequence[Sequence[int] | torch.Tensor] = prompts
+        prompt_ids = [_as_prompt_tensor(p, i) for i, p in enumerate(prompt_tokens)]
         first_rows = torch.arange(len(prompt_ids)) * n + first_row
         seeds = row_keys(sampling_seed(generator), first_rows).tolist()
         requests = [self._prompt(prompt_token_ids=p.tolist()) for p in prompt_ids]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -65,7 +66,8 @@ def module_sources(modules: Sequence[torch.nn.Module]) -> list[object]:
     return [*modules, *tensors]
 
 
-def layer_sources(layer: torch.nn.Module) -> list[object]:
+def layer_sources(layer: Any) -> list[object]:
+    """What a `_LayerPlan` of a Llama-family decoder layer (duck-typed) is made from."""
     attention, mlp = layer.self_attn, layer.mlp
     return [
         layer,

@@ -34,12 +34,14 @@ def fused_adamw_supported(params: list[torch.Tensor]) -> bool:
     """Whether torch's fused AdamW can update `params` (see build_optimizer)."""
     try:
         from torch.distributed.tensor import DTensor
+
+        sharded: tuple[type, ...] = (DTensor,)
     except ImportError:  # pragma: no cover - torch built without distributed
-        DTensor = ()  # noqa: N806
+        sharded = ()
     return bool(params) and all(
         p.device.type in ("cpu", "cuda")
         and p.dtype.is_floating_point
-        and not isinstance(p, DTensor)
+        and not isinstance(p, sharded)
         for p in params
     )
 

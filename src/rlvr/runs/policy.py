@@ -34,7 +34,7 @@ from rlvr.models.loading import (
     uses_chat_template,
 )
 from rlvr.models.lora import is_lora, reference_context
-from rlvr.rollout import build_engine
+from rlvr.rollout import Engine, build_engine
 from rlvr.rollout.engines import engine_options
 from rlvr.rollout.multi_turn import with_environment
 
@@ -209,7 +209,7 @@ def declared_tools(env: Any) -> list[dict] | None:
     return None
 
 
-def build_rollout_engine(cfg: Config, model: torch.nn.Module, tokenizer: Any) -> Any:
+def build_rollout_engine(cfg: Config, model: torch.nn.Module, tokenizer: Any) -> Engine:
     """The engine `cfg.rollout` names over `model`, wrapped in the multi-turn loop of
     `cfg.environment` when one is named (the trainer's rollouts, its evaluation, `rlvr eval`)."""
     r = cfg.rollout

@@ -299,7 +299,7 @@ def sample_and_score(
             batch = engine.generate([encode(p) for p in chunk], s.k, params, generator=generator)
             out.time_generate_s += time.perf_counter() - t0
             t0 = time.perf_counter()
-            row_samples = [chunk[i] for i in batch.prompt_index]
+            row_samples: list[Mapping[str, Any]] = [chunk[i] for i in batch.prompt_index]
             rewards, failures = scorer(
                 batch.completion_text,
                 row_samples,

@@ -12,7 +12,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 
@@ -55,6 +55,12 @@ class SFTData:
     longest_completion: int  # tokens, EOS included
 
 
+@overload
+def _row_text(row: Mapping[str, Any], name: str, where: str, *, required: Literal[True]) -> str: ...
+@overload
+def _row_text(
+    row: Mapping[str, Any], name: str, where: str, *, required: Literal[False]
+) -> str | None: ...
 def _row_text(row: Mapping[str, Any], name: str, where: str, *, required: bool) -> str | None:
     value = row.get(name)
     if value is None or (isinstance(value, float) and value != value):  # NaN: empty pandas cell

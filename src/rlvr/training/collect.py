@@ -9,11 +9,13 @@
                                                               1 + max_sampling_rounds rounds)
 
 Curricula see the step before its prompts are drawn (`task.on_step`) and the verifier's rewards
-of every round (`task.observe`).
+of every round (`task.observe`), through the task's hooks (rlvr.data.task). A `Collector` holds
+what a step's batch is made from; the schedules (rlvr.training.schedules) call it.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,10 +24,11 @@ import torch
 
 from rlvr.algorithms import zero_variance_groups
 from rlvr.config import Config
+from rlvr.data.task import Task, TaskHooks
 from rlvr.rewards.base import Failure
 from rlvr.rewards.length import overlong_penalties
 from rlvr.rollout import RolloutBatch, Round, take_rows
-from rlvr.training.rollouts import RolloutSource
+from rlvr.training.sources import RolloutSource
 
 
 @dataclass
@@ -58,66 +61,77 @@ def informative_groups(rewards: list[float], g: int) -> list[int]:
     return [j for j in range(len(rewards) // g) if not constant[j]]
 
 
-def collect(
-    cfg: Config,
-    task: Any,
-    source: RolloutSource,
-    prompt_rng: Any,
-    encode: Callable[[Mapping[str, Any]], list[int]],
-    step: int,
-) -> ScoredRollouts:
-    """Sample and score the batch of `step` (1-based)."""
-    want, g = cfg.rollout.prompts_per_step, cfg.rollout.group_size
-    dynamic = cfg.algorithm.dynamic_sampling
-    max_rounds = 1 + (cfg.algorithm.max_sampling_rounds if dynamic else 0)
-    rounds: list[tuple[Round, list, list[float]]] = []
-    kept: list[tuple[int, int]] = []  # (round, group within round)
-    components: dict[str, list[float]] = {}
-    if hasattr(task, "on_step"):  # curricula: difficulty may follow training progress
-        task.on_step(step - 1, cfg.training.steps)  # 0-based
-    while len(rounds) < max_rounds and len(kept) < want:
-        samples = [task.sample_train(prompt_rng) for _ in range(want)]
-        result = source.round(samples, g, encode)
-        for name, values in result.components.items():
-            components.setdefault(name, []).extend(values)
-        rewards = result.rewards
-        if hasattr(task, "observe"):  # adaptive curricula see the verifier's rewards
-            task.observe([samples[i] for i in result.batch.prompt_index], rewards)
-        if cfg.reward.overlong_buffer:
-            penalties = overlong_penalties(
-                result.batch.completion_lengths,
-                cfg.rollout.max_new_tokens,
-                cfg.reward.overlong_buffer,
-                cfg.reward.overlong_penalty_factor,
-            )
-            rewards = [r + p for r, p in zip(rewards, penalties)]
-        rounds.append((result, samples, rewards))
-        groups = informative_groups(rewards, g) if dynamic else range(want)
-        kept += [(len(rounds) - 1, j) for j in groups]
-    kept = kept[:want]
-    groups_kept = len(kept)
-    if not kept:  # nothing informative in any round: train on the last round as it is
-        kept = [(len(rounds) - 1, j) for j in range(want)]
-    rows = [(r, j * g + k) for r, j in kept for k in range(g)]
-    errors, scored = [], 0
-    for result, _, _ in rounds:  # the rows of every round, numbered on
-        errors += [replace(f, row=scored + f.row) for f in result.errors]
-        scored += len(result.batch)
-    batches = [result.batch for result, _, _ in rounds]
-    merged = take_rows(
-        [(batches[r], i) for r, i in rows], [gi for gi in range(len(kept)) for _ in range(g)]
-    )
-    return ScoredRollouts(
-        merged,
-        samples=[rounds[r][1][i // g] for r, i in rows],
-        rewards=torch.tensor([rounds[r][2][i] for r, i in rows], dtype=torch.float32),
-        verifier_failures=sum(result.failures for result, _, _ in rounds),
-        rounds=len(rounds),
-        groups_kept=groups_kept,
-        time_generate_s=sum(result.time_generate_s for result, _, _ in rounds),
-        time_score_s=sum(result.time_score_s for result, _, _ in rounds),
-        components=components,
-        task_metrics=task.metrics() if hasattr(task, "metrics") else {},
-        errors=errors,
-        completions=scored,
-    )
+class Collector:
+    """Makes the scored batch of a step: the task, the rollout source, the prompt RNG (which the
+    checkpoints save) and the prompts' tokenizer, with the config's sampling and shaping."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        task: Task,
+        source: RolloutSource,
+        prompt_rng: random.Random,
+        encode: Callable[[Mapping[str, Any]], list[int]],
+    ) -> None:
+        self.cfg, self.task, self.source = cfg, task, source
+        self.hooks = TaskHooks.of(task)
+        self.prompt_rng, self.encode = prompt_rng, encode
+
+    def collect(self, step: int) -> ScoredRollouts:
+        """Sample and score the batch of `step` (1-based)."""
+        cfg, task, hooks, source = self.cfg, self.task, self.hooks, self.source
+        want, g = cfg.rollout.prompts_per_step, cfg.rollout.group_size
+        dynamic = cfg.algorithm.dynamic_sampling
+        max_rounds = 1 + (cfg.algorithm.max_sampling_rounds if dynamic else 0)
+        rounds: list[tuple[Round, list[Mapping[str, Any]], list[float]]] = []
+        kept: list[tuple[int, int]] = []  # (round, group within round)
+        components: dict[str, list[float]] = {}
+        hooks.on_step(step - 1, cfg.training.steps)  # curricula: difficulty may follow progress
+        while len(rounds) < max_rounds and len(kept) < want:
+            samples: list[Mapping[str, Any]] = [
+                task.sample_train(self.prompt_rng) for _ in range(want)
+            ]
+            result = source.round(samples, g, self.encode)
+            for name, values in result.components.items():
+                components.setdefault(name, []).extend(values)
+            rewards = result.rewards
+            # adaptive curricula see the verifier's rewards
+            hooks.observe([samples[i] for i in result.batch.prompt_index], rewards)
+            if cfg.reward.overlong_buffer:
+                penalties = overlong_penalties(
+                    result.batch.completion_lengths,
+                    cfg.rollout.max_new_tokens,
+                    cfg.reward.overlong_buffer,
+                    cfg.reward.overlong_penalty_factor,
+                )
+                rewards = [r + p for r, p in zip(rewards, penalties)]
+            rounds.append((result, samples, rewards))
+            groups = informative_groups(rewards, g) if dynamic else range(want)
+            kept += [(len(rounds) - 1, j) for j in groups]
+        kept = kept[:want]
+        groups_kept = len(kept)
+        if not kept:  # nothing informative in any round: train on the last round as it is
+            kept = [(len(rounds) - 1, j) for j in range(want)]
+        rows = [(r, j * g + k) for r, j in kept for k in range(g)]
+        errors, scored = [], 0
+        for result, _, _ in rounds:  # the rows of every round, numbered on
+            errors += [replace(f, row=scored + f.row) for f in result.errors]
+            scored += len(result.batch)
+        batches = [result.batch for result, _, _ in rounds]
+        merged = take_rows(
+            [(batches[r], i) for r, i in rows], [gi for gi in range(len(kept)) for _ in range(g)]
+        )
+        return ScoredRollouts(
+            merged,
+            samples=[rounds[r][1][i // g] for r, i in rows],
+            rewards=torch.tensor([rounds[r][2][i] for r, i in rows], dtype=torch.float32),
+            verifier_failures=sum(result.failures for result, _, _ in rounds),
+            rounds=len(rounds),
+            groups_kept=groups_kept,
+            time_generate_s=sum(result.time_generate_s for result, _, _ in rounds),
+            time_score_s=sum(result.time_score_s for result, _, _ in rounds),
+            components=components,
+            task_metrics=hooks.metrics(),
+            errors=errors,
+            completions=scored,
+        )

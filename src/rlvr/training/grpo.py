@@ -1,7 +1,7 @@
 """The GRPO-family RL loop, top to bottom.
 
 One step (`GRPOTrainer.train`):
-  1. rollouts: draw prompts, sample G completions each, score them      (rollouts, collect)
+  1. rollouts: draw prompts, sample G completions each, score them   (schedules, collect, sources)
   2. the update: old-policy and reference log-probs where needed, advantages within each group,
      mu passes over mini-batches of the clipped policy loss (+ KL, - entropy), AdamW  (update)
   3. metrics, samples and failed completions for audit, held-out evaluation    (step_metrics)
@@ -47,10 +47,11 @@ from rlvr.runs.run import (
     eval_line,
     write_summary,
 )
-from rlvr.training.collect import ScoredRollouts, collect
+from rlvr.training.collect import Collector, ScoredRollouts
 from rlvr.training.learner import Learner
 from rlvr.training.rl_state import RLCheckpoints
-from rlvr.training.rollouts import build_rollout_source, build_schedule, check_rollout_source
+from rlvr.training.schedules import build_schedule
+from rlvr.training.sources import build_rollout_source, check_rollout_source
 from rlvr.training.step_metrics import ErrorLog, rollout_metrics, write_samples
 from rlvr.training.update import update
 
@@ -145,7 +146,8 @@ class GRPOTrainer:
         self.source = build_rollout_source(
             cfg, self.engine, self.verifier, self.sampling, self.sample_gen, self.world, self.log
         )
-        self.rollouts = build_schedule(r.off_policy_steps, self._collect, self._sync_weights)
+        self.collector = Collector(cfg, self.task, self.source, self.prompt_rng, self.encode)
+        self.rollouts = build_schedule(r.off_policy_steps, self.collector, self.policy)
         self.step = 0
 
     # -- the loop ------------------------------------------------------------------------------
@@ -226,9 +228,8 @@ class GRPOTrainer:
                 progress.update(metrics)
                 out.write(metrics, self.step)
                 if stats["skipped_updates"]:  # after the step's row is written: nothing lost
-                    self.learner.check_skips(
-                        self.step, stats["skipped_updates"], self.run_dir, self.log
-                    )
+                    skipped = int(stats["skipped_updates"])
+                    self.learner.check_skips(self.step, skipped, self.run_dir, self.log)
                 # 4. checkpoint when due
                 save, signum = triggers.check(self.step)
                 if save:
@@ -267,16 +268,7 @@ class GRPOTrainer:
 
     def collect(self, step: int | None = None) -> ScoredRollouts:
         """Sample and score the batch of `step` (default: the current step)."""
-        return self._collect(self.step if step is None else step)
-
-    def _collect(self, step: int) -> ScoredRollouts:
-        return collect(self.cfg, self.task, self.source, self.prompt_rng, self.encode, step)
-
-    def _sync_weights(self) -> None:
-        """Before the weights a batch is drawn from are fixed: the rollout replica and the
-        source (Ray actors) take the learner's current weights."""
-        self.policy.sync_rollout_weights()
-        self.source.sync(self.policy.rollout_model)
+        return self.collector.collect(self.step if step is None else step)
 
     def update(self, scored: ScoredRollouts) -> tuple[dict[str, float], torch.Tensor]:
         """Optimise on one scored batch; returns the step's stats and the advantages used."""

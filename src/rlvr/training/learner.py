@@ -1,6 +1,10 @@
-"""The optimizer side of the policy: log-prob passes over a step's rows and the optimizer step.
+"""The optimizer side of the policy: log-prob passes over a step's rows and the optimizer steps.
 
-Data parallelism lives here, so the update reads the same with one process or many:
+The update (rlvr.training.update) prepares a batch and says what the loss of a micro-batch is;
+the learner runs the passes: `logprobs` (no gradient: old and reference log-probs) and
+`minibatch_step` (one optimizer update: micro-batches, backward, FSDP's idle passes or DDP's
+gradient sum, clipping, the step). Data parallelism lives here, so the update reads the same
+with one process or many:
   - every rank runs its share of the rows (`world.rows`), with the *global* loss normalisers;
   - replicated (DDP) learners sum their gradients (`world.all_reduce_grads`); a sharded (FSDP2)
     learner reduce-scatters inside backward, and every rank must make as many forward/backward
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,22 @@ from rlvr.runs.checkpoint import latest_checkpoint
 from rlvr.runs.optim import optimizer_step
 from rlvr.runs.policy import Policy
 from rlvr.runs.run import TrainingAborted
+
+# (rows of the mini-batch, their log-probs [R, W], entropies [R, W]) -> (loss, stats, weight)
+UnitLoss = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, Any], float]
+]
+
+
+@dataclass
+class MiniBatchStep:
+    """What one optimizer update on a mini-batch did."""
+
+    loss: float = 0.0  # the micro-batches' losses summed, over ranks too
+    grad_norm: float | None = None  # None: a NaN/inf loss or gradient skipped the update
+    unit_stats: list[tuple[dict[str, Any], float]] = field(default_factory=list)  # (stats, weight)
+    forward_tokens: int = 0  # this rank's forward tokens, padding included
+    padding_tokens: int = 0
 
 
 class Learner:
@@ -97,6 +118,33 @@ class Learner:
                 (lp.sum() * 0.0).backward()
 
     # -- the optimizer step --------------------------------------------------------------------
+
+    def minibatch_step(
+        self, tokens: TokenBatch, rows: torch.Tensor, unit_loss: UnitLoss, *, entropy_grad: bool
+    ) -> MiniBatchStep:
+        """One optimizer update on the mini-batch `rows`: this rank's share of them in
+        micro-batches, each's loss (`unit_loss`, with the mini-batch's global normalisers)
+        backward, the other ranks' gradients summed in, then the clipped step."""
+        self.optimizer.zero_grad(set_to_none=True)
+        out = MiniBatchStep()
+        units = self.forward.micro_batches(tokens, self.world.rows(rows))
+        idle = self.passes_behind(len(units)) if self.policy.sharded else 0
+        for unit_rows, unit in units:
+            total, real = self.forward.token_counts(unit)
+            out.forward_tokens += total
+            out.padding_tokens += total - real
+            lp, ent = self.unit_logprobs(
+                self.model, unit, with_entropy=True, entropy_grad=entropy_grad
+            )
+            assert ent is not None  # with_entropy
+            loss, stats, weight = unit_loss(unit_rows, lp, ent)
+            self.backward(loss)
+            out.loss += float(loss.detach())
+            out.unit_stats.append((stats, weight))
+        self.finish_gradients(tokens, idle)
+        out.loss = float(self.world.all_reduce(torch.tensor(out.loss, dtype=torch.float64)))
+        out.grad_norm = self.step(out.loss)
+        return out
 
     def backward(self, loss: torch.Tensor) -> None:
         # FSDP averages gradients over ranks: scaled, the mean is the sum

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlvr.data.task import Task, TaskHooks
 from rlvr.runs.checkpoint import (
     incomplete_checkpoints,
     latest_checkpoint,
@@ -32,7 +33,7 @@ class RLCheckpoints:
         run_dir: Path,
         policy: Policy,
         learner: Learner,
-        task: Any,
+        task: Task,
         python_rngs: dict[str, Any],
         torch_generators: dict[str, Any],
         *,
@@ -40,7 +41,8 @@ class RLCheckpoints:
         main: bool,
         log: Callable[[str], None],
     ) -> None:
-        self.run_dir, self.policy, self.learner, self.task = run_dir, policy, learner, task
+        self.run_dir, self.policy, self.learner = run_dir, policy, learner
+        self.task = TaskHooks.of(task)  # its state_dict / load_state_dict, where it has them
         self.rngs = (python_rngs, torch_generators)
         self.keep_last, self.main, self.log = keep_last, main, log
 
@@ -51,13 +53,13 @@ class RLCheckpoints:
         optimizer_state = self.policy.full_optimizer_state(self.learner.optimizer)
         if not self.main:
             return
-        task = self.task
+        task_state = self.task.state_dict
         state = {
             "pending": pending,
             "optimizer": optimizer_state,
             "scheduler": self.learner.scheduler.state_dict(),
             "rng": rng_state(*self.rngs),
-            "task": task.state_dict() if hasattr(task, "state_dict") else None,
+            "task": task_state() if task_state is not None else None,
             "history": history,
             "eval_before": eval_before,
         }
@@ -78,7 +80,7 @@ class RLCheckpoints:
         self.policy.load_state(state["model"], self.learner.optimizer, state["optimizer"])
         self.learner.scheduler.load_state_dict(state["scheduler"])
         restore_rng_state(state["rng"], *self.rngs)
-        if state.get("task") is not None and hasattr(self.task, "load_state_dict"):
+        if state.get("task") is not None:
             self.task.load_state_dict(state["task"])
         if self.main:
             truncate_jsonl(self.run_dir / "metrics.jsonl", state["step"])

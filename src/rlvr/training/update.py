@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -36,7 +37,8 @@ from rlvr.algorithms import (
 from rlvr.algorithms.names import ADVANTAGE_ESTIMATOR_SPECS, POLICY_LOSS_SPECS
 from rlvr.config import Config
 from rlvr.errors import UserError
-from rlvr.forward.logprobs import make_token_batch
+from rlvr.forward.logprobs import TokenBatch, make_token_batch
+from rlvr.training.collect import ScoredRollouts
 from rlvr.training.learner import Learner
 
 
@@ -113,24 +115,34 @@ def check_drift(drift_mean: float, limit: float, staleness: int) -> None:
         )
 
 
-def update(
+@dataclass
+class UpdateBatch:
+    """One scored batch as the loss reads it: tokens, the loss mask, advantages, and the
+    log-probs the loss compares against (each None where the config needs none)."""
+
+    tokens: TokenBatch
+    mask: torch.Tensor  # [N, T] completion tokens that count (sampled, not truncated, kept)
+    advantages: torch.Tensor
+    old_lp: torch.Tensor | None  # the learner's own log-probs before the update
+    sampler_lp: torch.Tensor | None  # the sampler's, when it may differ from the learner's
+    ref_lp: torch.Tensor | None  # the reference policy's, when kl_coef > 0
+    active: torch.Tensor | None  # rows with a non-zero advantage, when the others are skipped
+    sampler_stats: dict[str, float]
+    time_logprobs_s: float
+
+
+def prepare_batch(
     cfg: Config,
     learner: Learner,
-    scored: Any,
-    shuffle_gen: torch.Generator,
+    scored: ScoredRollouts,
     *,
     correct_sampler: bool,
-    drift_limit: float = 0.0,
-) -> tuple[dict[str, float], torch.Tensor]:
-    """Optimise on one scored batch; returns the step's statistics and the advantages used.
-
-    correct_sampler: the batch's sampling log-probs may differ from the learner's (one-step
-    off-policy rollouts, an inference engine with other kernels): the learner's own old
-    log-probs are computed, the drift logged and checked, each token's loss weighted by the
-    truncated importance ratio and, with algorithm.mis_cap, far-off sequences masked out.
-    drift_limit: the most mean drift a batch drawn right after a sync may show (0 = unchecked:
-    an engine that computes the learner's own log-probs drifts only by staleness)."""
-    alg, world, device = cfg.algorithm, learner.world, learner.policy.device
+    drift_limit: float,
+) -> UpdateBatch:
+    """Tokens and masks, old / sampler / reference log-probs where needed, the sampler's drift
+    and masked importance sampling, and the advantages (the KL folded into the reward first with
+    algorithm.kl_in_reward)."""
+    alg = cfg.algorithm
     batch = scored.batch
     pad_id = learner.policy.tokenizer.pad_token_id
     # inserted tokens (tool output) are masked: the loss, KL and normalisers see sampled ones
@@ -152,6 +164,7 @@ def update(
     time_logprobs = time.perf_counter() - t0
     sampler_stats: dict[str, float] = {}
     if sampler_lp is not None:
+        assert old_lp is not None  # need_old: correcting the sampler needs the learner's own
         drift = sampler_drift(old_lp, sampler_lp, mask)
         sampler_stats = {k: float(v) for k, v in drift.items()}
         check_drift(sampler_stats["rollout_logprob_drift_mean"], drift_limit, scored.staleness)
@@ -162,23 +175,96 @@ def update(
 
     rewards = scored.rewards
     if ref_lp is not None and alg.kl_in_reward:
+        assert old_lp is not None  # need_old: kl_in_reward
         rewards = kl_in_reward(
             rewards, kl_penalty(old_lp, ref_lp, alg.kl_estimator), mask, alg.kl_coef
         )
     advantages = advantages_of(cfg, rewards, batch.group_ids)
-    loss_spec = POLICY_LOSS_SPECS[alg.policy_loss]
-    loss_fn, loss_options = get_policy_loss(loss_spec.name), options(alg, loss_spec.options)
     # A row whose advantage is 0 everywhere has exactly zero gradient when the loss has no
     # term but the surrogate (-A * ratio, clipped, times the TIS weight) and the surrogate of a
     # token depends on its own row only: its forward and backward are skipped; the normalisers
-    # below still count it (docs/training-speed.md).
+    # still count it (docs/training-speed.md).
     skip_zero = (
         cfg.training.skip_zero_advantage
         and alg.entropy_coef == 0
         and (ref_lp is None or alg.kl_in_reward)
-        and not loss_spec.couples_rows
+        and not POLICY_LOSS_SPECS[alg.policy_loss].couples_rows
     )
     active = advantages.reshape(n, -1).ne(0).any(dim=1) if skip_zero else None
+    return UpdateBatch(
+        tokens, mask, advantages, old_lp, sampler_lp, ref_lp, active, sampler_stats, time_logprobs
+    )
+
+
+def unit_loss(
+    cfg: Config,
+    b: UpdateBatch,
+    agg: dict[str, Any],
+    device: torch.device,
+    rows: torch.Tensor,
+    lp: torch.Tensor,
+    ent: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, Any], float]:
+    """The loss of one micro-batch's `rows` (log-probs `lp`, entropies `ent`), aggregated with
+    the mini-batch's normalisers `agg`; its statistics, and their weight (its loss tokens):
+
+        loss = aggregate(policy loss · TIS weight) + β · aggregate(KL) − c_H · aggregate(entropy)
+    """
+    alg = cfg.algorithm
+    loss_spec = POLICY_LOSS_SPECS[alg.policy_loss]
+    loss_fn, loss_options = get_policy_loss(loss_spec.name), options(alg, loss_spec.options)
+    width = lp.shape[1]
+    mask_rows = b.mask[rows, :width]
+    m = mask_rows.to(device)
+    old = b.old_lp[rows, :width].to(device) if b.old_lp is not None else lp.detach()
+    per_token, pstats = loss_fn(lp, old, b.advantages[rows].to(device), m, **loss_options)
+    if b.sampler_lp is not None:
+        # truncated importance sampling: pi_old / pi_sampler, capped, no gradient
+        tis, tis_stats = truncated_importance_weight(
+            old, b.sampler_lp[rows, :width].to(device), m, alg.tis_cap
+        )
+        per_token = per_token * tis
+        pstats.update(tis_stats)
+    loss = aggregate_loss(per_token, m, **agg)
+    if b.ref_lp is not None and not alg.kl_in_reward:
+        kl = kl_penalty(lp, b.ref_lp[rows, :width].to(device), alg.kl_estimator)
+        loss = loss + alg.kl_coef * aggregate_loss(kl, m, **agg)
+        pstats["kl"] = masked_mean(kl.detach(), m)
+    elif b.ref_lp is not None:
+        assert b.old_lp is not None  # kl_in_reward needs the old log-probs
+        pstats["kl"] = masked_mean(
+            kl_penalty(b.old_lp[rows, :width], b.ref_lp[rows, :width], alg.kl_estimator),
+            mask_rows,
+        )
+    if alg.entropy_coef > 0:
+        loss = loss - alg.entropy_coef * aggregate_loss(ent, m, **agg)
+    pstats["entropy"] = masked_mean(ent.detach(), m)
+    return loss, pstats, float(m.sum())
+
+
+def update(
+    cfg: Config,
+    learner: Learner,
+    scored: ScoredRollouts,
+    shuffle_gen: torch.Generator,
+    *,
+    correct_sampler: bool,
+    drift_limit: float = 0.0,
+) -> tuple[dict[str, float], torch.Tensor]:
+    """Optimise on one scored batch; returns the step's statistics and the advantages used.
+
+    correct_sampler: the batch's sampling log-probs may differ from the learner's (one-step
+    off-policy rollouts, an inference engine with other kernels): the learner's own old
+    log-probs are computed, the drift logged and checked, each token's loss weighted by the
+    truncated importance ratio and, with algorithm.mis_cap, far-off sequences masked out.
+    drift_limit: the most mean drift a batch drawn right after a sync may show (0 = unchecked:
+    an engine that computes the learner's own log-probs drifts only by staleness)."""
+    alg, world, device = cfg.algorithm, learner.world, learner.policy.device
+    b = prepare_batch(
+        cfg, learner, scored, correct_sampler=correct_sampler, drift_limit=drift_limit
+    )
+    n, mask = len(scored.batch), b.mask
+    mini_batch = cfg.training.mini_batch_size or n
 
     t0 = time.perf_counter()
     record = UpdateStats()
@@ -194,61 +280,29 @@ def update(
                 num_sequences=float(len(mb_rows)),
                 num_tokens=float(mask[mb_rows].sum()),
             )
-            if active is not None:
-                run = mb_rows[active[mb_rows]]
+            if b.active is not None:
+                run = mb_rows[b.active[mb_rows]]
                 # none active: one row still runs (zero gradient), so the optimizer steps as
                 # it would unskipped (momentum, weight decay) and every rank's path is kept
                 run = run if len(run) else mb_rows[:1]
                 rows_skipped += len(mb_rows) - len(run)
                 mb_rows = run
-            learner.optimizer.zero_grad(set_to_none=True)
-            mb_loss = 0.0
-            # this rank's share; the normalisers above count the whole mini-batch
-            units = learner.forward.micro_batches(tokens, world.rows(mb_rows))
-            idle = learner.passes_behind(len(units)) if learner.policy.sharded else 0
-            for rows, unit in units:
-                total, real = learner.forward.token_counts(unit)
-                record.forward_tokens += total
-                record.padding_tokens += total - real
-                lp, ent = learner.unit_logprobs(
-                    learner.model, unit, with_entropy=True, entropy_grad=alg.entropy_coef > 0
-                )
-                width = lp.shape[1]
-                mask_rows = mask[rows, :width]
-                m = mask_rows.to(device)
-                old = old_lp[rows, :width].to(device) if old_lp is not None else lp.detach()
-                per_token, pstats = loss_fn(lp, old, advantages[rows].to(device), m, **loss_options)
-                if sampler_lp is not None:
-                    # truncated importance sampling: pi_old / pi_sampler, capped, no gradient
-                    tis, tis_stats = truncated_importance_weight(
-                        old, sampler_lp[rows, :width].to(device), m, alg.tis_cap
-                    )
-                    per_token = per_token * tis
-                    pstats.update(tis_stats)
-                loss = aggregate_loss(per_token, m, **agg)
-                if ref_lp is not None and not alg.kl_in_reward:
-                    kl = kl_penalty(lp, ref_lp[rows, :width].to(device), alg.kl_estimator)
-                    loss = loss + alg.kl_coef * aggregate_loss(kl, m, **agg)
-                    pstats["kl"] = masked_mean(kl.detach(), m)
-                elif ref_lp is not None:
-                    pstats["kl"] = masked_mean(
-                        kl_penalty(old_lp[rows, :width], ref_lp[rows, :width], alg.kl_estimator),
-                        mask_rows,
-                    )
-                if alg.entropy_coef > 0:
-                    loss = loss - alg.entropy_coef * aggregate_loss(ent, m, **agg)
-                learner.backward(loss)
-                pstats["entropy"] = masked_mean(ent.detach(), m)
-                mb_loss += float(loss.detach())
-                record.add(pstats, float(m.sum()))
-            learner.finish_gradients(tokens, idle)
-            mb_loss = float(world.all_reduce(torch.tensor(mb_loss, dtype=torch.float64)))
-            grad_norm = learner.step(mb_loss)
-            if grad_norm is None:
+            # this rank's share in micro-batches; the normalisers above count the mini-batch
+            done = learner.minibatch_step(
+                b.tokens,
+                mb_rows,
+                partial(unit_loss, cfg, b, agg, device),
+                entropy_grad=alg.entropy_coef > 0,
+            )
+            record.forward_tokens += done.forward_tokens
+            record.padding_tokens += done.padding_tokens
+            for unit_stats, weight in done.unit_stats:
+                record.add(unit_stats, weight)
+            if done.grad_norm is None:
                 skipped += 1
                 continue
-            grad_norms.append(grad_norm)
-            losses.append(mb_loss)
+            grad_norms.append(done.grad_norm)
+            losses.append(done.loss)
     time_update = time.perf_counter() - t0
     if world.distributed:  # the step's statistics over all ranks' rows
         record = UpdateStats.merge(world.all_gather_object(record))
@@ -260,14 +314,14 @@ def update(
     # gradient matters); see docs. advantage_abs_mean shows the signal strength instead.
     stats["loss"] = sum(losses) / max(1, len(losses))
     stats["lr"] = learner.scheduler.get_last_lr()[0]
-    stats["advantage_abs_mean"] = float(advantages.abs().mean())
-    stats.update(sampler_stats)
-    stats["time_logprobs_s"] = time_logprobs
+    stats["advantage_abs_mean"] = float(b.advantages.abs().mean())
+    stats.update(b.sampler_stats)
+    stats["time_logprobs_s"] = b.time_logprobs_s
     stats["time_update_s"] = time_update
     stats["tokens_per_s_train"] = (
         float(mask.sum()) * cfg.training.ppo_epochs / max(time_update, 1e-9)
     )
-    return stats, advantages
+    return stats, b.advantages
 
 
 def _padded(rows: list[torch.Tensor], shape: torch.Size) -> torch.Tensor:

@@ -155,7 +155,7 @@ class AdditionTask:
             )
         rng = random.Random(f"addition-heldout-{self.digits}-{self.seed}")
         seen: set[tuple[int, int]] = set()
-        samples = []
+        samples: list[dict] = []
         while len(samples) < n:
             a, b = rng.randint(self.low, self.high), rng.randint(self.low, self.high)
             if (a, b) in seen or not is_heldout_pair(a, b):

@@ -174,7 +174,7 @@ class MultiplicationTask:
             f"multiplication-heldout-{self.digits}x{self.multiplier_digits}-{self.seed}"
         )
         seen: set[tuple[int, int]] = set()
-        samples = []
+        samples: list[dict] = []
         while len(samples) < n:
             a, b = self._draw_pair(rng)
             if (a, b) in seen or not is_heldout_pair(a, b):

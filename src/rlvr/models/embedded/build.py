@@ -37,9 +37,11 @@ import os
 import random
 import string
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -151,7 +153,8 @@ def build_model(cfg: BuildConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaFo
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
     )
-    model = LlamaForCausalLM(config).to(torch.float32)
+    # transformers types the wrapped `to` as an unbound function (self as its first argument)
+    model = LlamaForCausalLM(config).to(torch.float32)  # type: ignore[arg-type]
     model.generation_config = GenerationConfig(
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
@@ -266,6 +269,9 @@ def heldout_report(
 def pretrain(cfg: BuildConfig) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, dict]:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
+    task: Any  # an AdditionTask or MultiplicationTask, with the batch_fn and report_fn of its kind
+    batch_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    report_fn: Callable[..., dict[str, float]]
     if cfg.task == "tools":
         task = MultiplicationTask(seed=cfg.seed)
         tokenizer = build_tokenizer(
@@ -284,8 +290,12 @@ def pretrain(cfg: BuildConfig) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFas
     eval_samples = task.heldout(cfg.eval_problems)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups: list[dict[str, Any]] = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay},
+    ]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay}],
+        groups,
         lr=cfg.lr,
         betas=(0.9, 0.98),
     )

@@ -30,6 +30,7 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -135,7 +136,7 @@ def complete_with_tool(
     """
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     python_close = tokenizer.convert_tokens_to_ids(PYTHON_CLOSE)
-    sampling = {"do_sample": False}
+    sampling: dict[str, Any] = {"do_sample": False}
     if temperature > 0:
         sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
     if bad_words_ids:

@@ -75,7 +75,9 @@ def _fence(line: str) -> tuple[str, str] | None:
     info = rest.lstrip("`")
     if len(rest) - len(info) < 3 or "`" in info:
         return None
-    return rest[: len(rest) - len(info)], _TAG.match(info.lstrip(" \t")).group()
+    tag = _TAG.match(info.lstrip(" \t"))
+    assert tag is not None  # [^\s]* matches every string
+    return rest[: len(rest) - len(info)], tag.group()
 
 
 def extract_code(
@@ -88,7 +90,8 @@ def extract_code(
         for tag in language.fence_tags:
             by_tag.setdefault(tag, language)
     text = completion.rsplit(THINK_CLOSE, 1)[-1]
-    found, fence, tag, lines = None, "", "", []
+    lines: list[str] = []
+    found, fence, tag = None, "", ""
     for line in text.split("\n"):
         match = _fence(line)
         if not fence:

@@ -181,7 +181,8 @@ def answer_tags(text: str) -> list[str] | None:
     """Contents of the `<answer>` tags of `text`; None if they are unbalanced or nested.
 
     A scan with str.find, not a lazy regex, which is quadratic on many unclosed tags."""
-    out, pos = [], 0
+    out: list[str] = []
+    pos = 0
     while True:
         opened, closed = text.find(ANSWER_OPEN, pos), text.find(ANSWER_CLOSE, pos)
         if opened < 0:

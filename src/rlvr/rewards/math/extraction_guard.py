@@ -70,7 +70,7 @@ def neutral_pieces(pieces: list[str]) -> bool:
             words, signs = _NEUTRAL | _UNITS, _PUNCTUATION | {"/"}
             piece = _CLOSING.sub(" ", piece)
         else:
-            words, signs = _CONNECTORS, {",", ";"}
+            words, signs = _CONNECTORS, frozenset({",", ";"})
         for tok in _PIECE_TOKEN.findall(piece):
             if tok.isspace() or tok in signs:
                 continue

@@ -194,10 +194,10 @@ def lenient_answers(
         return Extraction(problem=hedge)
     answers: dict[str, None] = {}  # distinct, in order
     for line in lines:
-        found = _read_line(line, max_answers, max_answer_chars)
-        if found.problem:
-            return found
-        answers.update(dict.fromkeys(found.answers))
+        read = _read_line(line, max_answers, max_answer_chars)
+        if read.problem:
+            return read
+        answers.update(dict.fromkeys(read.answers))
         if len(answers) > max_answers:
             break
     return checked_answers(list(answers), max_answers)

@@ -225,18 +225,18 @@ def read_notation(s: str) -> str | None:
         return None
     for symbol, latex in _SUPERSCRIPTS.items():
         s = s.replace(symbol, latex)
-    s = _text_groups(_MATH_FONT.sub(r" \1 ", s))
-    if s is None:
+    text = _text_groups(_MATH_FONT.sub(r" \1 ", s))
+    if text is None:
         return None
     pieces, pos = [], 0
-    for start, end, _ in _groups(s) or []:  # what is left of them: labels, text-only answers
-        pieces.append(s[pos:start])
+    for start, end, _ in _groups(text) or []:  # what is left of them: labels, text-only answers
+        pieces.append(text[pos:start])
         pos = end
-    outside = " ".join([*pieces, s[pos:]])
+    outside = " ".join([*pieces, text[pos:]])
     if _unknown_symbol(outside) or _hedged(outside):
         return None
-    s = drop_plain_unit(s.strip())
-    return None if s is None else read_bases(s)
+    unit_free = drop_plain_unit(text.strip())
+    return None if unit_free is None else read_bases(unit_free)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Where a step's scored completions come from: rollout sources and the schedule around them.
+"""Where a step's scored completions come from: the rollout sources.
 
 A *rollout source* generates G completions for each of a list of samples and scores them:
 `round(samples, g, encode) -> Round`. Sources share one interface and are chosen by config:
@@ -9,20 +9,14 @@ A *rollout source* generates G completions for each of a list of samples and sco
 A source also hears about weight changes (`sync(model)`), adds its own metrics (`metrics()`) and
 is closed at the end of the run (`close()`).
 
-A *schedule* decides which weights a step's batch is drawn from:
-  - `OnPolicy`: the weights as they are at the start of the step;
-  - `OneStepOffPolicy` (rollout.off_policy_steps=1): the next step's batch is generated in a
-    background thread by a snapshot taken before this step's update, while the update runs;
-    every batch is one update stale (corrected by truncated importance sampling in the loss).
-Both call `collect` (rlvr.training.collect), which draws the prompts, applies dynamic sampling
-and reward shaping, and returns a `ScoredRollouts`.
+`Collector` (rlvr.training.collect) calls a source for each round of a step's batch; a schedule
+(rlvr.training.schedules) decides which weights the batch is drawn from.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 import torch
@@ -32,6 +26,7 @@ from rlvr.distributed.world import World
 from rlvr.rewards.pool import VerifierPool
 from rlvr.rewards.scoring import Scorer
 from rlvr.rollout import RolloutBatch, Round, SamplingParams, concat_batches
+from rlvr.rollout.types import Engine
 
 
 class RolloutSource(Protocol):
@@ -57,7 +52,7 @@ def check_rollout_source(cfg: Config, world: World | None) -> None:
 
 def build_rollout_source(
     cfg: Config,
-    engine: Any,
+    engine: Engine,
     verifier: Callable[[str, Mapping[str, Any]], float],
     sampling: SamplingParams,
     generator: torch.Generator,
@@ -85,7 +80,7 @@ class LocalRollouts:
 
     def __init__(
         self,
-        engine: Any,
+        engine: Engine,
         scorer: Scorer,
         sampling: SamplingParams,
         generator: torch.Generator,
@@ -173,84 +168,3 @@ class LocalRollouts:
     def close(self) -> None:
         if self.scorer.pool is not None:
             self.scorer.pool.close()
-
-
-# -- schedules -----------------------------------------------------------------------------------
-
-
-class OnPolicy:
-    """Each step's batch is drawn from the weights as they are when the step starts."""
-
-    staleness = 0
-
-    def __init__(self, collect: Callable[[int], Any], sync: Callable[[], None]) -> None:
-        self.collect, self.sync = collect, sync
-
-    def next(self, step: int, last_step: int) -> Any:
-        self.sync()
-        return self.collect(step)
-
-    def metrics(self, scored: Any) -> dict[str, float]:
-        return {}
-
-    def pending(self) -> Any:
-        """The next step's batch when it is already made (never, on-policy)."""
-        return None
-
-    def resume_with(self, scored: Any) -> None:
-        if scored is not None:
-            raise ValueError("an on-policy run has no pending batch to resume with")
-
-    def close(self) -> None:
-        pass
-
-
-class OneStepOffPolicy:
-    """The next step's batch is generated in a background thread while this step's update runs,
-    by the weights as they were before that update (one step stale)."""
-
-    staleness = 1
-
-    def __init__(self, collect: Callable[[int], Any], sync: Callable[[], None]) -> None:
-        self.collect, self.sync = collect, sync
-        self.executor = ThreadPoolExecutor(max_workers=1)
-        self._pending: Future | None = None
-
-    def next(self, step: int, last_step: int) -> Any:
-        if self._pending is not None:  # generated during the previous update
-            scored = self._pending.result()
-        else:
-            self.sync()
-            scored = self.collect(step)
-        self._pending = None
-        if step < last_step:
-            self.sync()  # the next batch is drawn from the weights as they are before this update
-            self._pending = self.executor.submit(self._collect_stale, step + 1)
-        return scored
-
-    def metrics(self, scored: Any) -> dict[str, float]:
-        return {"rollout_staleness": scored.staleness}
-
-    def _collect_stale(self, step: int) -> Any:
-        scored = self.collect(step)
-        scored.staleness = 1
-        return scored
-
-    def pending(self) -> Any:
-        """The next step's batch (waits for it): saved in checkpoints, so a resumed run trains
-        on exactly the batch the uninterrupted run would have."""
-        return self._pending.result() if self._pending is not None else None
-
-    def resume_with(self, scored: Any) -> None:
-        if scored is not None:
-            self._pending = Future()
-            self._pending.set_result(scored)
-
-    def close(self) -> None:
-        self.executor.shutdown(wait=True, cancel_futures=True)
-
-
-def build_schedule(
-    off_policy_steps: int, collect: Callable[[int], Any], sync: Callable[[], None]
-) -> OnPolicy | OneStepOffPolicy:
-    return (OneStepOffPolicy if off_policy_steps else OnPolicy)(collect, sync)
