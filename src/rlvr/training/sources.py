@@ -65,8 +65,12 @@ def build_rollout_source(
         from rlvr.distributed.ray_rollouts import RayRollouts
 
         return RayRollouts(cfg, sampling, generator, log=log)
-    r = cfg.reward
-    pool = VerifierPool(r.verifier, r.workers, r.timeout_s) if r.workers > 0 else None
+    reward = cfg.reward
+    pool = (
+        VerifierPool(reward.verifier, reward.workers, reward.timeout_s)
+        if reward.workers > 0
+        else None
+    )
     return LocalRollouts(engine, Scorer(verifier, pool), sampling, generator, world, log)
 
 
