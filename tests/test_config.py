@@ -337,12 +337,23 @@ def test_a_template_is_refused_alike_at_load_and_when_a_task_is_templated(templa
         ("algorithm.cispo_clip_high=-1", "algorithm.cispo_clip_high: must be >= 0.0"),
         ("algorithm.gmpo_clip_low=-1", "algorithm.gmpo_clip_low: must be >= 0.0"),
         ("algorithm.kl_cov_coef=-1", "algorithm.kl_cov_coef: must be >= 0.0"),
+        ("algorithm.token_correction=clip", "algorithm.token_correction: expected one of tis"),
+        ("algorithm.mis_cap=0.5", "algorithm.mis_cap: keeps the sequences whose ratio lies"),
+        ("algorithm.mis_cap=1", "so it must be > 1 (or 0: off), got 1"),
     ],
 )
 def test_bad_policy_loss_settings_give_one_line_naming_the_key(override, message):
     with pytest.raises(ConfigError) as info:
         load_config(None, [override])
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_icepop_needs_a_band_around_one():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["algorithm.token_correction=icepop", "algorithm.tis_cap=1"])
+    assert str(info.value).startswith("algorithm.tis_cap: token_correction=icepop keeps")
+    cfg = load_config(None, ["algorithm.token_correction=icepop", "algorithm.tis_cap=5"])
+    assert cfg.algorithm.token_correction == "icepop"
 
 
 # ---------------------------------------------------------------------------------------------

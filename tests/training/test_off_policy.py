@@ -65,13 +65,26 @@ def test_each_batch_is_drawn_by_the_weights_of_one_update_before(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("shift", "weight", "clipped"),
-    [(0.0, 1.0, 0.0), (math.log(1.5), 1.5, 0.0), (math.log(3.0), 2.0, 1.0)],
+    ("correction", "shift", "weight", "cut"),
+    [
+        ("tis", 0.0, 1.0, 0.0),
+        ("tis", math.log(1.5), 1.5, 0.0),
+        ("tis", math.log(3.0), 2.0, 1.0),  # truncated at the cap
+        ("icepop", math.log(1.5), 1.5, 0.0),
+        ("icepop", math.log(3.0), 0.0, 1.0),  # outside [1/2, 2]: every token masked
+    ],
 )
-def test_truncated_importance_weights_scale_the_gradient(tmp_path, shift, weight, clipped):
+def test_token_corrections_scale_the_gradient(tmp_path, correction, shift, weight, cut):
     """Sampler log-probs lower than the learner's by log(c): every token's loss is weighted by
-    min(c, tis_cap=2), so the gradient norm scales by that weight and the metrics report it."""
-    t = trainer(tmp_path, f"w{weight}", "rollout.off_policy_steps=1", "algorithm.tis_cap=2.0")
+    min(c, tis_cap=2) (tis), or by c inside [1/2, 2] and 0 outside (icepop), so the gradient
+    norm scales by that weight and the metrics report it."""
+    t = trainer(
+        tmp_path,
+        f"{correction}{weight}",
+        "rollout.off_policy_steps=1",
+        "algorithm.tis_cap=2.0",
+        f"algorithm.token_correction={correction}",
+    )
     t.step = 1
     scored = t.collect()
     batch = scored.batch
@@ -96,9 +109,16 @@ def test_truncated_importance_weights_scale_the_gradient(tmp_path, shift, weight
     t.model.load_state_dict(state)
     t.learner.optimizer.state.clear()
     stats, _ = t.update(with_sampler_logprobs(shift))
-    assert stats["tis_weight_mean"] == pytest.approx(weight, rel=1e-5)
-    assert stats["tis_clip_fraction"] == pytest.approx(clipped)
-    assert stats["grad_norm"] == pytest.approx(weight * base["grad_norm"], rel=1e-4)
+    weight_key, cut_key = {
+        "tis": ("tis_weight_mean", "tis_clip_fraction"),
+        "icepop": ("icepop_weight_mean", "icepop_masked_fraction"),
+    }[correction]
+    assert stats[weight_key] == pytest.approx(weight, rel=1e-5)
+    assert stats[cut_key] == pytest.approx(cut)
+    assert stats["grad_norm"] == pytest.approx(weight * base["grad_norm"], rel=1e-4, abs=1e-8)
+    # the mismatch KL of a constant shift c: the k3 estimate c - 1 - log c, exactly
+    k = math.exp(shift)  # pi_learner / pi_sampler per token
+    assert stats["rollout_mismatch_kl"] == pytest.approx(k - 1 - math.log(k), abs=1e-5)
 
 
 def test_resume_continues_with_the_batch_generated_before_the_checkpoint(tmp_path):

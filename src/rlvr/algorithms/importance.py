@@ -5,17 +5,27 @@ Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL 
 step behind, another inference engine, lower precision), the policy gradient of a token sampled
 from π_sampler needs the weight π_old / π_sampler; truncating it at C bounds its variance.
 A sequence whose whole ratio is far outside [1/C, C] can instead be dropped (masked importance
-sampling), and the drift between the two policies' log-probs is the health check of it all.
+sampling), a token whose ratio leaves the band can be masked instead of truncated (IcePop), and
+the drift between the two policies' log-probs is the health check of it all.
+
+With π_old the learner's weights at the start of the update (the *proximal* policy) and the
+sampler the *behaviour* policy, the clipped loss against π_old times one of these weights is the
+decoupled PPO objective (Hilton et al. 2021, *Batch size-invariance for policy optimization*;
+AReaL, Fu et al. 2025): the trust region is kept around the proximal policy, however stale the
+behaviour policy was.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from rlvr.algorithms.utils import masked_mean
+
+WeightAndStats = tuple[Tensor, dict[str, Tensor]]
 
 
 def truncated_importance_weight(
@@ -40,6 +50,44 @@ def truncated_importance_weight(
         "tis_clip_fraction": masked_mean((ratio > cap).float(), mask),
     }
     return weight, stats
+
+
+def masked_token_importance(
+    old_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor, cap: float
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """IcePop's per-token weight: the importance ratio inside [1/C, C], zero outside, [B, T]
+    like the inputs, no gradient.
+
+        k_t = π_old(y_t) / π_sampler(y_t)
+        w_t = k_t  if 1/C ≤ k_t ≤ C,  else 0
+
+    C = cap (`algorithm.token_mask_cap` > 1). Where truncation (`truncated_importance_weight`)
+    keeps a far-off token's gradient at weight C, this drops it: a token the sampler and the
+    learner disagree on that much carries noise, not signal (Ling Team 2025, *Small Leak Can
+    Sink a Great Ship: Boost RL Training on MoE with IcePop*, which uses the band [0.5, 5]). The
+    masked tokens still count in the loss normalisers, as in IcePop's objective.
+
+    Returns (w, stats): icepop_masked_fraction (the share of tokens outside the band) and
+    icepop_weight_mean (mean of w), over the tokens where `mask` is nonzero.
+    """
+    if cap <= 1.0:
+        raise ValueError(f"masked token importance sampling needs cap > 1, got {cap}")
+    log_ratio = old_logprobs.detach() - sampler_logprobs.detach()
+    inside = log_ratio.abs() <= math.log(cap)
+    weight = torch.where(inside, torch.exp(log_ratio), torch.zeros_like(log_ratio))
+    stats = {
+        "icepop_masked_fraction": masked_mean((~inside).float(), mask),
+        "icepop_weight_mean": masked_mean(weight, mask),
+    }
+    return weight, stats
+
+
+# algorithm.token_correction -> the per-token weight of a batch another policy sampled:
+# (π_old log-probs, π_sampler log-probs, mask, cap) -> (weight [B, T], stats)
+TOKEN_CORRECTIONS: dict[str, Callable[[Tensor, Tensor, Tensor, float], WeightAndStats]] = {
+    "tis": truncated_importance_weight,
+    "icepop": masked_token_importance,
+}
 
 
 def masked_sequence_importance(
@@ -82,13 +130,18 @@ def sampler_drift(
 
         rollout_logprob_drift_mean = mean_t |log π_learner(y_t) − log π_sampler(y_t)|
         rollout_logprob_drift_max  = max_t  |log π_learner(y_t) − log π_sampler(y_t)|
+        rollout_mismatch_kl        = mean_t (k_t − 1 − log k_t),  k_t = π_learner / π_sampler
 
-    over completion tokens (nats). Same weights and kernels give ~1e-6 (fp32); a bf16 sampler
-    ~0.03 mean; a sampler whose weights were never synced, far more."""
+    over completion tokens (nats). The last is the k3 estimate (Schulman 2020) of
+    KL(π_sampler ‖ π_learner) from the sampler's own tokens: unbiased, never negative. Same
+    weights and kernels give ~1e-6 drift (fp32); a bf16 sampler ~0.03 mean; a sampler whose
+    weights were never synced, far more."""
     on = mask != 0
-    gap = (learner_logprobs.detach() - sampler_logprobs.detach()).abs()
+    log_ratio = learner_logprobs.detach() - sampler_logprobs.detach()
+    gap = log_ratio.abs()
     zero = torch.zeros((), dtype=gap.dtype, device=gap.device)
     return {
         "rollout_logprob_drift_mean": masked_mean(gap, on),
         "rollout_logprob_drift_max": torch.where(on, gap, zero).max() if on.any() else zero,
+        "rollout_mismatch_kl": masked_mean(torch.expm1(log_ratio) - log_ratio, on),
     }

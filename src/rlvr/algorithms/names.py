@@ -127,3 +127,5 @@ AGGREGATION_MODES: tuple[str, ...] = (
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 STD_KINDS: tuple[str, ...] = ("population", "sample")
 RATIO_LEVELS: tuple[str, ...] = ("token", "sequence")
+# the per-token weights of a batch another policy sampled (rlvr.algorithms.importance)
+TOKEN_CORRECTION_NAMES: tuple[str, ...] = ("tis", "icepop")

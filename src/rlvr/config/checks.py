@@ -96,6 +96,17 @@ def validate(cfg: Config) -> None:
             f"algorithm.clip_cov_lb: must be <= algorithm.clip_cov_ub = "
             f"{cfg.algorithm.clip_cov_ub}, got {cfg.algorithm.clip_cov_lb}"
         )
+    alg = cfg.algorithm
+    if alg.token_correction == "icepop" and alg.tis_cap <= 1:
+        raise ConfigError(
+            f"algorithm.tis_cap: token_correction=icepop keeps the tokens whose ratio lies in "
+            f"[1/tis_cap, tis_cap], so it needs tis_cap > 1, got {alg.tis_cap}"
+        )
+    if 0 < alg.mis_cap <= 1:
+        raise ConfigError(
+            f"algorithm.mis_cap: keeps the sequences whose ratio lies in [1/mis_cap, mis_cap], "
+            f"so it must be > 1 (or 0: off), got {alg.mis_cap}"
+        )
     if cfg.environment.name and cfg.distributed.ray:
         raise ConfigError(
             "environment.name: multi-turn rollouts run in the learner's process; "
@@ -196,7 +207,7 @@ def config_warnings(cfg: Config) -> list[str]:
             "the sampler is the learner itself (rollout.off_policy_steps=0, "
             f"rollout.engine={cfg.rollout.engine})"
         )
-        for name in ("tis_cap", "mis_cap"):
+        for name in ("token_correction", "tis_cap", "mis_cap"):
             unused(
                 f"algorithm.{name}", f"it corrects for a sampler other than the learner and {why}"
             )

@@ -28,6 +28,7 @@ from rlvr.algorithms.names import (
     POLICY_LOSS_NAMES,
     RATIO_LEVELS,
     STD_KINDS,
+    TOKEN_CORRECTION_NAMES,
 )
 from rlvr.config.checks import check_template, validate
 from rlvr.config.fields import describe_tree, leaf_keys, load_tree, option
@@ -328,11 +329,18 @@ class AlgorithmConfig:
     max_sampling_rounds: int = option(
         3, "extra generation rounds allowed by dynamic sampling", ge=0
     )
+    token_correction: str = option(
+        "tis",
+        "the per-token weight of the loss when the sampler's policy differs from the "
+        "learner's (rollout.off_policy_steps=1, rollout.engine=vllm): tis = min(pi_old / "
+        "pi_sampler, tis_cap) (truncated importance sampling); icepop = the ratio inside "
+        "[1/tis_cap, tis_cap], 0 outside (the token masked)",
+        choices=list(TOKEN_CORRECTION_NAMES),
+    )
     tis_cap: float = option(
         2.0,
-        "truncated importance sampling: each token's loss is weighted by min(pi_old / "
-        "pi_sampler, tis_cap) when the sampler's policy differs from the learner's "
-        "(rollout.off_policy_steps=1, rollout.engine=vllm)",
+        "the cap C of algorithm.token_correction: tis truncates each token's weight at C, "
+        "icepop masks the tokens whose ratio pi_old / pi_sampler leaves [1/C, C] (needs C > 1)",
         gt=0.0,
     )
     mis_cap: float = option(

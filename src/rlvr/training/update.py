@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from rlvr.algorithms import (
+    TOKEN_CORRECTIONS,
     aggregate_loss,
     get_advantage_estimator,
     get_policy_loss,
@@ -32,7 +33,6 @@ from rlvr.algorithms import (
     masked_mean,
     masked_sequence_importance,
     sampler_drift,
-    truncated_importance_weight,
 )
 from rlvr.algorithms.names import ADVANTAGE_ESTIMATOR_SPECS, POLICY_LOSS_SPECS
 from rlvr.config import Config
@@ -219,8 +219,9 @@ def unit_loss(
     old = b.old_lp[rows, :width].to(device) if b.old_lp is not None else lp.detach()
     per_token, pstats = loss_fn(lp, old, b.advantages[rows].to(device), m, **loss_options)
     if b.sampler_lp is not None:
-        # truncated importance sampling: pi_old / pi_sampler, capped, no gradient
-        tis, tis_stats = truncated_importance_weight(
+        # the sampler's correction, no gradient: pi_old / pi_sampler truncated (tis) or
+        # masked outside [1/C, C] (icepop)
+        tis, tis_stats = TOKEN_CORRECTIONS[alg.token_correction](
             old, b.sampler_lp[rows, :width].to(device), m, alg.tis_cap
         )
         per_token = per_token * tis
