@@ -75,6 +75,15 @@ def test_reference_lora_fsdp_and_kv_cache_follow_the_formulas(llama7b, capsys):
     assert r["optimizer"] == f"{lora * 8 / 2**20:.1f} MiB"
 
 
+def test_stale_rollouts_hold_one_weight_copy_per_step_of_staleness(llama7b, capsys):
+    base = ["estimate", f"model.name_or_path={llama7b}", "--precision", "bf16"]
+    assert main(base) == 0
+    assert _report(capsys)["replica"] == "0.0 MiB"  # on-policy: the engine reads the model
+    for k in (1, 3):  # the replica, and K - 1 copies carried by queued batches
+        assert main([*base, f"rollout.max_staleness={k}"]) == 0
+        assert _report(capsys)["replica"] == f"{k * N_7B * 2 / GIB:.2f} GiB"
+
+
 def test_bad_arguments_are_one_line_errors(capsys, tmp_path):
     assert main(["estimate", "--world-size", "0"]) == 2
     assert "--world-size" in capsys.readouterr().err

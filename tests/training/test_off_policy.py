@@ -121,14 +121,48 @@ def test_token_corrections_scale_the_gradient(tmp_path, correction, shift, weigh
     assert stats["rollout_mismatch_kl"] == pytest.approx(k - 1 - math.log(k), abs=1e-5)
 
 
-def test_resume_continues_with_the_batch_generated_before_the_checkpoint(tmp_path):
-    """The checkpoint holds the already generated next batch: resuming from step 2 of a 4-step
-    off-policy run gives the uninterrupted run's metrics and weights exactly."""
+def test_k_step_batches_are_drawn_by_the_weights_of_k_updates_before(tmp_path):
+    """rollout.max_staleness=2: batches 1-3 are what the initial weights draw, batch 4 what the
+    weights after update 1 draw (update 1 trains on batch 1, as on-policy), staleness 0,1,2,2."""
+    stale = trainer(tmp_path, "k2", "training.steps=4", "rollout.max_staleness=2")
+    stale.train()
+    rows = [json.loads(x) for x in (tmp_path / "k2" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rollout_staleness"] for r in rows] == [0, 1, 2, 2]
+    assert all("rollout_mismatch_kl" in r for r in rows)
+
+    frozen = trainer(tmp_path, "frozen", "training.steps=4")  # the initial weights
+    for step in (1, 2, 3):
+        frozen.step = step
+        assert texts(frozen.collect()) == completions(tmp_path / "k2", step)
+
+    once = trainer(tmp_path, "once", "training.steps=1")  # update 1 on batch 1, on-policy
+    once.train()
+    for step in (2, 3):  # the prompt and sampler RNGs advance as the K-step run's did
+        once.collect(step)
+    assert texts(once.collect(4)) == completions(tmp_path / "k2", 4)
+    assert completions(tmp_path / "once", 1) == completions(tmp_path / "k2", 1)
+
+
+def test_k_step_refuses_to_be_set_twice():
+    from rlvr.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="set only rollout.max_staleness"):
+        load_config(None, ["rollout.off_policy_steps=1", "rollout.max_staleness=3"])
+    assert load_config(None, ["rollout.off_policy_steps=1"]).rollout.staleness == 1
+    assert load_config(None, ["rollout.max_staleness=3"]).rollout.staleness == 3
+
+
+@pytest.mark.parametrize(
+    "schedule", [("rollout.off_policy_steps=1",), ("rollout.max_staleness=3",)], ids=["k1", "k3"]
+)
+def test_resume_continues_with_the_batches_generated_before_the_checkpoint(tmp_path, schedule):
+    """The checkpoint holds the K already generated next batches: resuming from step 2 of a
+    4-step off-policy run gives the uninterrupted run's metrics and weights exactly."""
     import shutil
 
     from safetensors.torch import load_file
 
-    opts = ("training.steps=4", "rollout.off_policy_steps=1", "checkpoint.every=2")
+    opts = ("training.steps=4", *schedule, "checkpoint.every=2")
     opts = (*opts, "checkpoint.deterministic=true", "checkpoint.keep_last=2")
     trainer(tmp_path, "full", *opts).train()
     shutil.copytree(tmp_path / "full", tmp_path / "cut")

@@ -96,6 +96,12 @@ def validate(cfg: Config) -> None:
             f"algorithm.clip_cov_lb: must be <= algorithm.clip_cov_ub = "
             f"{cfg.algorithm.clip_cov_ub}, got {cfg.algorithm.clip_cov_lb}"
         )
+    r = cfg.rollout
+    if r.off_policy_steps and r.max_staleness not in (0, 1):
+        raise ConfigError(
+            f"rollout.off_policy_steps: 1 means rollout.max_staleness=1, which is set to "
+            f"{r.max_staleness}; set only rollout.max_staleness"
+        )
     alg = cfg.algorithm
     if alg.token_correction == "icepop" and alg.tis_cap <= 1:
         raise ConfigError(
@@ -202,9 +208,9 @@ def config_warnings(cfg: Config) -> list[str]:
     if not alg.dynamic_sampling:
         unused("algorithm.max_sampling_rounds", "algorithm.dynamic_sampling is false")
     exact_sampler = cfg.rollout.engine != "vllm"  # fast and hf compute the learner's log-probs
-    if cfg.rollout.off_policy_steps == 0 and exact_sampler:
+    if cfg.rollout.staleness == 0 and exact_sampler:
         why = (
-            "the sampler is the learner itself (rollout.off_policy_steps=0, "
+            "the sampler is the learner itself (rollout.max_staleness=0, "
             f"rollout.engine={cfg.rollout.engine})"
         )
         for name in ("token_correction", "tis_cap", "mis_cap"):

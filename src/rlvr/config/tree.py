@@ -236,9 +236,18 @@ class RolloutConfig:
     off_policy_steps: int = option(
         0,
         "0 = on-policy; 1 = generate the next batch while the current one trains (one step "
-        "stale, corrected by truncated importance sampling; docs/distributed.md)",
+        "stale; docs/distributed.md), the same as rollout.max_staleness=1",
         ge=0,
         le=1,
+    )
+    max_staleness: int = option(
+        0,
+        "K: the batch of step s is generated in the background from the weights of update "
+        "s-1-K (the initial ones for s <= K+1) while the updates before it run, so each batch "
+        "is min(s-1, K) updates stale and corrected by algorithm.token_correction; 0 = "
+        "on-policy, 1 = rollout.off_policy_steps=1 (docs/concepts/async-rl.md)",
+        ge=0,
+        le=64,
     )
     max_logprob_drift: float = option(
         0.1,
@@ -260,6 +269,11 @@ class RolloutConfig:
     vllm_sleep: bool = option(
         True, "vllm on CUDA: free its KV cache while the learner updates (sleep mode)"
     )
+
+    @property
+    def staleness(self) -> int:
+        """K of the K-step schedule (0: on-policy); off_policy_steps=1 is K = 1."""
+        return self.max_staleness or self.off_policy_steps
 
 
 @dataclass

@@ -28,7 +28,7 @@ row's matrix products round differently by width, which moves its sampling log-p
 
 Weight sync. The trainer's rollout schedule calls `sync` in its main thread right before the
 weights of the next batch are fixed; that is where the driver puts them. On-policy that is before
-each step's collect (after the previous update); with rollout.off_policy_steps=1 it is before the
+each step's collect (after the previous update); with rollout.max_staleness=K it is before the
 next batch is handed to the background thread, i.e. before this step's update, so the actors draw
 from the same one-update-stale weights as the single process's snapshot. The driver's snapshot
 copy (and the local engine over it) is unused in Ray mode; held-out evaluation runs on the driver.

@@ -24,8 +24,10 @@ of one step):
                                     (b_w; LoRA: 4)
   reference       N * b_w           only with algorithm.kl_coef > 0 and without LoRA (LoRA's
                                     reference is the adapter-disabled policy: no copy)
-  replica         N * b_w           a whole copy the engine generates from, under off-policy
-                                    generation (rollout.off_policy_steps=1) and FSDP
+  replica         c * N * b_w       whole copies the engine generates from: c = 1 under FSDP
+                                    and one-step off-policy generation, c = K under
+                                    rollout.max_staleness=K (the replica and the K - 1 weight
+                                    copies queued batches carry)
 
   generation (and evaluation, with eval's length and samples): the engine's own memory
   kv_cache        2 * L * k * ceil64(P + C) * R * b_w
@@ -138,7 +140,7 @@ class RunPlan:
     share_prompts: bool = True
     eval_new_tokens: int = 0  # 0: no evaluation; else its completion limit
     eval_samples: int = 1  # completions per held-out prompt in the widest evaluation pass
-    replica: bool = False  # a whole copy of the weights for generation (off-policy, FSDP)
+    replicas: int = 0  # whole copies of the weights for generation (off-policy, FSDP)
     vllm_kv_bytes: float = 0.0  # vllm: its KV cache (CPU: rollout.vllm_kv_cache_gb)
     device: str = "cpu"  # "cpu" or "cuda"
 
@@ -243,7 +245,7 @@ def estimate(
         "weights": (base * b_w + (t * b_t if lora else 0)) / shard,
         "optimizer": t * moments / shard,
         "reference": (n * b_w / shard) if (kl_coef > 0 and not lora) else 0.0,
-        "replica": n * b_w if plan.replica else 0.0,
+        "replica": plan.replicas * n * b_w,
     }
     generation = _generation(shape, plan, plan.max_new_tokens, plan.group_size, b_w)
     evaluation = (
@@ -402,7 +404,7 @@ def plan_of(
         share_prompts=t.share_prompts,
         eval_new_tokens=(e.max_new_tokens or r.max_new_tokens) if evaluates else 0,
         eval_samples=max(1, e.t1_samples, e.k),
-        replica=r.off_policy_steps > 0 or (fsdp and world_size > 1),
+        replicas=max(r.staleness, int(fsdp and world_size > 1)),
         vllm_kv_bytes=r.vllm_kv_cache_gb * GIB if r.engine == "vllm" else 0.0,
         device=device,
     )

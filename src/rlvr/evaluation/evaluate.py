@@ -388,7 +388,7 @@ def evaluate_config(
     weights_only = replace(
         cfg,
         algorithm=replace(cfg.algorithm, kl_coef=0.0, kl_in_reward=False),
-        rollout=replace(cfg.rollout, off_policy_steps=0),
+        rollout=replace(cfg.rollout, off_policy_steps=0, max_staleness=0),
     )
     policy = build_policy(weights_only, World(), resolve_device(cfg.model.device))
     engine = build_rollout_engine(cfg, policy.model, policy.tokenizer)

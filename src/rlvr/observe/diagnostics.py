@@ -219,7 +219,7 @@ def off_policy_drift(
             "tis_clip_fraction",
             c[-1],
             "the stale sampler's policy is far from the learner's; lower optimizer.lr, or "
-            "set rollout.off_policy_steps=0",
+            "set rollout.max_staleness=0 (and rollout.off_policy_steps=0)",
         )
     return None
 

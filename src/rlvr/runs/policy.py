@@ -104,6 +104,17 @@ class Policy:
         with torch.no_grad():
             self.rollout_model.load_state_dict(state)
 
+    def rollout_weights_copy(self) -> dict[str, torch.Tensor]:
+        """A copy of the learner's current weights, for the replica to take later (a batch
+        queued behind others, rlvr.training.schedules.StaleRollouts)."""
+        with torch.no_grad():
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def load_rollout_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """The rollout replica takes `state` (a `rollout_weights_copy`)."""
+        with torch.no_grad():
+            self.rollout_model.load_state_dict(state)
+
     def gather_whole(self) -> None:
         """Make `whole` current: under FSDP the replica takes the sharded weights (a collective
         every rank makes); otherwise `whole` is the model itself."""
@@ -133,10 +144,11 @@ class Policy:
 
 def check_policy_config(cfg: Config, world: World) -> None:
     """What the world makes impossible, said before any weights load."""
-    if cfg.rollout.off_policy_steps > 0 and world.distributed:
+    if cfg.rollout.staleness > 0 and world.distributed:
+        key = "max_staleness" if cfg.rollout.max_staleness else "off_policy_steps"
         raise ConfigError(
-            "rollout.off_policy_steps=1: not supported under torchrun yet (the background "
-            "rollout thread would interleave collectives); use 0, or the Ray mode"
+            f"rollout.{key}={getattr(cfg.rollout, key)}: not supported under torchrun yet (the "
+            "background rollout thread would interleave collectives); use 0, or the Ray mode"
         )
     if world.distributed and cfg.distributed.strategy == "fsdp" and cfg.model.lora_rank:
         raise ConfigError(
@@ -168,7 +180,7 @@ def build_policy(cfg: Config, world: World, device: torch.device) -> Policy:
     )
     fsdp = world.distributed and cfg.distributed.strategy == "fsdp"
     rollout_model = model
-    if cfg.rollout.off_policy_steps > 0 or fsdp:
+    if cfg.rollout.staleness > 0 or fsdp:
         # FSDP shards the policy and off-policy generation runs while the update changes it:
         # both need whole weights of their own, a replica synced per step
         rollout_model = copy.deepcopy(model).eval().requires_grad_(False)

@@ -99,7 +99,7 @@ class GRPOTrainer:
         self.engine = build_rollout_engine(cfg, self.policy.rollout_model, self.tokenizer)
         # An engine with other kernels than the learner's (vLLM), or a stale one (off-policy):
         # the update corrects for the sampler, and checks a fresh one agrees with the learner.
-        self.correct_sampler = bool(r.off_policy_steps) or not self.engine.exact_logprobs
+        self.correct_sampler = bool(r.staleness) or not self.engine.exact_logprobs
         self.drift_limit = 0.0 if self.engine.exact_logprobs else r.max_logprob_drift
         self.sampling = SamplingParams(
             temperature=r.temperature,
@@ -127,7 +127,7 @@ class GRPOTrainer:
         # off-policy: the engine's weights are a stale snapshot; evaluation sees the current ones
         eval_engine = (
             build_rollout_engine(cfg, self.model, self.tokenizer)
-            if r.off_policy_steps
+            if r.staleness
             else self.engine  # with FSDP the replica is synced before every evaluation
         )
         self.evaluate = heldout_eval(cfg, self.task, eval_engine, self.encode, self.verifier)
@@ -147,7 +147,7 @@ class GRPOTrainer:
             cfg, self.engine, self.verifier, self.sampling, self.sample_gen, self.world, self.log
         )
         self.collector = Collector(cfg, self.task, self.source, self.prompt_rng, self.encode)
-        self.rollouts = build_schedule(r.off_policy_steps, self.collector, self.policy)
+        self.rollouts = build_schedule(r.staleness, self.collector, self.policy)
         self.step = 0
 
     # -- the loop ------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ class GRPOTrainer:
         restored = self.checkpoints.restore() if self.resume else None
         if restored is not None:
             self.step = restored["step"]
-            self.rollouts.resume_with(restored.get("pending"))
+            self.rollouts.resume_with(restored.get("pending"), self.step)
         if main:
             dump_yaml(cfg, self.run_dir / "config.yaml")
         out = RunLog(
@@ -233,7 +233,7 @@ class GRPOTrainer:
                 # 4. checkpoint when due
                 save, signum = triggers.check(self.step)
                 if save:
-                    pending = self.rollouts.pending()  # off-policy: the next batch, made
+                    pending = self.rollouts.pending()  # off-policy: the next batches, made
                     self.checkpoints.save(self.step, history, summary.get("eval_before"), pending)
                     triggers.saved()
                 if signum:
