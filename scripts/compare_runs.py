@@ -112,7 +112,7 @@ def sha256(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def computed_sha256(path: Path) -> str | None:
+def computed_sha256(path: Path, added: tuple[str, ...] = ()) -> str | None:
     """The hash of the file's training rows without wall-clock keys: what the run computed.
     (`rlvr sft` wrote wall-clock keys into metrics.jsonl even in deterministic mode before it
     shared `rlvr train`'s run log, which moves them to timings.jsonl. The step-0 row, the
@@ -122,7 +122,10 @@ def computed_sha256(path: Path) -> str | None:
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     rows = [r for r in rows if r.get("step", 1) >= 1]
-    rows = [{k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in rows]
+    rows = [
+        {k: v for k, v in r.items() if not k.startswith(WALL_CLOCK) and k not in added}
+        for r in rows
+    ]
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
@@ -135,7 +138,7 @@ def evals_sha256(path: Path) -> str | None:
     return hashlib.sha256(json.dumps(evals, sort_keys=True).encode()).hexdigest()
 
 
-def run(src: Path, name: str, out: Path) -> dict[str, str | None]:
+def run(src: Path, name: str, out: Path, added: tuple[str, ...] = ()) -> dict[str, str | None]:
     launcher, args = SCENARIOS[name]
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
     prefix = [sys.executable]
@@ -147,7 +150,7 @@ def run(src: Path, name: str, out: Path) -> dict[str, str | None]:
         raise SystemExit(f"{name} with {src} failed:\n{proc.stderr[-3000:]}")
     return {
         "metrics": sha256(out / "metrics.jsonl"),
-        "metrics_computed": computed_sha256(out / "metrics.jsonl"),
+        "metrics_computed": computed_sha256(out / "metrics.jsonl", added),
         "evals": evals_sha256(out / "summary.json"),
         "weights": sha256(out / "final" / "model.safetensors"),
     }
@@ -159,6 +162,13 @@ def main() -> int:
     parser.add_argument("--head", help="git revision of the code after (default: this checkout)")
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     parser.add_argument("--keep", help="keep the run directories under this folder")
+    parser.add_argument(
+        "--added-metric",
+        action="append",
+        default=[],
+        help="a metric the head logs and the base does not (a new feature's): left out of both "
+        "sides' computed hash; every other value must still agree",
+    )
     args = parser.parse_args()
     names = args.scenario or list(SCENARIOS)
     root = Path(args.keep or tempfile.mkdtemp(prefix="compare-runs-"))
@@ -182,7 +192,7 @@ def main() -> int:
             for side, src in (("base", base_tree / "src"), ("head", head_tree / "src")):
                 out = root / f"{name}-{side}"
                 subprocess.run(["rm", "-rf", str(out)], check=True)
-                result[side] = run(src, name, out)
+                result[side] = run(src, name, out, tuple(args.added_metric))
             base, head = result["base"], result["head"]
             computed = ("metrics_computed", "evals", "weights")
             result["identical"] = all(base[k] == head[k] for k in computed)
