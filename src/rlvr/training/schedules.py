@@ -13,6 +13,7 @@ reward shaping, and returns a `ScoredRollouts`.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
@@ -54,16 +55,20 @@ class OnPolicy:
 
     def __init__(self, collector: Collector, policy: Policy) -> None:
         self.collector, self.policy = collector, policy
+        self.waited_s = 0.0
 
     def sync(self) -> None:
         sync_weights(self.policy, self.collector.source)
 
     def next(self, step: int, last_step: int) -> ScoredRollouts:
+        t0 = time.perf_counter()
         self.sync()
-        return self.collector.collect(step)
+        scored = self.collector.collect(step)
+        self.waited_s = time.perf_counter() - t0  # the learner waits for the whole rollout
+        return scored
 
     def metrics(self, scored: ScoredRollouts) -> dict[str, float]:
-        return {}
+        return {"time_rollout_wait_s": self.waited_s}
 
     def pending(self) -> list[ScoredRollouts]:
         """The next steps' batches when they are already made (never, on-policy)."""
@@ -96,14 +101,17 @@ class StaleRollouts:
         self.executor = ThreadPoolExecutor(max_workers=1)
         self._pending: dict[int, Future[ScoredRollouts]] = {}
         self._queued_version: int | None = None  # the weights the worker's last job reads
+        self.waited_s = 0.0
 
     def sync(self) -> None:
         sync_weights(self.policy, self.collector.source)
 
     def next(self, step: int, last_step: int) -> ScoredRollouts:
+        t0 = time.perf_counter()
         if step not in self._pending:  # a fresh start: this step's batch, on-policy
             self._submit(step, step - 1)
         scored = self._pending.pop(step).result()
+        self.waited_s = time.perf_counter() - t0  # the learner idle, waiting for the batch
         # the batches up to K steps ahead, from the weights as they are before this update
         for ahead in range(step + 1, min(step + self.k, last_step) + 1):
             if ahead not in self._pending:
@@ -133,7 +141,7 @@ class StaleRollouts:
         return scored
 
     def metrics(self, scored: ScoredRollouts) -> dict[str, float]:
-        return {"rollout_staleness": scored.staleness}
+        return {"rollout_staleness": scored.staleness, "time_rollout_wait_s": self.waited_s}
 
     def pending(self) -> list[ScoredRollouts]:
         """The batches already handed out, in step order (waits for them): saved in
