@@ -15,6 +15,12 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
+def run_main(capsys, *args: str) -> tuple[int, str]:
+    """`rlvr ARGS` in this process (what the console script calls): exit code and stderr."""
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
 def test_help_lists_commands_and_config_keys(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -46,15 +52,24 @@ def test_help_lists_commands_and_config_keys(capsys):
         (["reward.verifier=nope"], "reward.verifier: unknown verifier 'nope'"),
     ],
 )
-def test_bad_input_is_one_line_on_stderr_with_nonzero_exit(tmp_path, args, expected):
-    proc = run_cli("train", "--output-dir", str(tmp_path / "run"), *args)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+def test_bad_input_is_one_line_on_stderr_with_nonzero_exit(tmp_path, capsys, args, expected):
+    code, err = run_main(capsys, "train", "--output-dir", str(tmp_path / "run"), *args)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
     assert lines[0].startswith("rlvr: error: ")
     assert expected in lines[0]
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in err
     assert not (tmp_path / "run").exists()  # nothing is created before validation passes
+
+
+def test_the_console_script_exits_2_with_one_line(tmp_path):
+    """The same through a real process: `python -m rlvr` (the other tests call `main`)."""
+    proc = run_cli("train", "--output-dir", str(tmp_path / "run"), "optimizer.lr=-0.1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "rlvr: error: optimizer.lr: must be > 0.0, got -0.1"
+    ]
 
 
 def test_debug_flag_shows_the_traceback(tmp_path):
@@ -63,25 +78,26 @@ def test_debug_flag_shows_the_traceback(tmp_path):
     assert "Traceback" in proc.stderr
 
 
-def test_an_existing_run_is_never_clobbered_without_overwrite(tmp_path):
+def test_an_existing_run_is_never_clobbered_without_overwrite(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
-    proc = run_cli("train", "--output-dir", str(run))
-    assert proc.returncode == 2
-    assert "already holds a run (metrics.jsonl)" in proc.stderr
+    code, err = run_main(capsys, "train", "--output-dir", str(run))
+    assert code == 2
+    assert "already holds a run (metrics.jsonl)" in err
     assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'
 
 
-def test_a_model_dir_without_config_json_is_rejected(tmp_path):
+def test_a_model_dir_without_config_json_is_rejected(tmp_path, capsys):
     (tmp_path / "m").mkdir()
-    proc = run_cli(
-        "train", "--output-dir", str(tmp_path / "r"), f"model.name_or_path={tmp_path / 'm'}"
+    code, err = run_main(
+        capsys, "train", "--output-dir", str(tmp_path / "r"), f"model.name_or_path={tmp_path / 'm'}"
     )
-    assert proc.returncode == 2
-    assert "has no config.json" in proc.stderr
+    assert code == 2
+    assert "has no config.json" in err
 
 
+@pytest.mark.slow
 def test_train_says_once_per_option_what_the_rest_of_the_config_makes_ineffective(tmp_path):
     proc = run_cli(
         "train",

@@ -103,6 +103,7 @@ def _cli_has_verify() -> bool:
     return subprocess.run(probe, capture_output=True, timeout=120).returncode == 0
 
 
+@pytest.mark.slow
 def test_cli_end_to_end_with_one_line_error(tmp_path):
     if not _cli_has_verify():
         pytest.skip("`rlvr verify` is not wired into cli.py yet")

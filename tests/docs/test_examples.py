@@ -94,8 +94,37 @@ def parse_blocks(text: str, page: str) -> list[Block]:
     return blocks
 
 
+# Pages whose examples take more than 5 s (they train, evaluate or start clusters): marked
+# slow, so `pytest -m "not slow"` leaves them out of the inner loop.
+SLOW_PAGES = {
+    "concepts/async-rl.md",
+    "concepts/group-size.md",
+    "concepts/recipes.md",
+    "evaluation.md",
+    "guides/code-rl.md",
+    "guides/custom-verifier.md",
+    "guides/distributed.md",
+    "guides/lora.md",
+    "guides/own-data.md",
+    "guides/quickstart.md",
+    "guides/report.md",
+    "guides/tools.md",
+    "sft.md",
+}
+
+
 def pages() -> list[Path]:
     return sorted(DOCS.rglob("*.md"))
+
+
+def page_params() -> list:
+    return [
+        pytest.param(p, marks=pytest.mark.slow) if _page_id(p) in SLOW_PAGES else p for p in pages()
+    ]
+
+
+def _page_id(page: Path) -> str:
+    return page.relative_to(DOCS).as_posix()
 
 
 def page_environment(tmp_path: Path) -> dict[str, str]:
@@ -160,7 +189,7 @@ def run_python(block: Block, namespace: dict, source: Path) -> tuple[bool, str]:
     return True, output.getvalue()
 
 
-@pytest.mark.parametrize("page", pages(), ids=lambda p: p.relative_to(DOCS).as_posix())
+@pytest.mark.parametrize("page", page_params(), ids=_page_id)
 def test_page_examples(
     page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
@@ -203,6 +232,10 @@ def run_blocks(blocks: list[Block], name: str, page: Path, workdir: Path) -> lis
             if not ok:
                 pytest.fail(f"{where}: python block failed\n{output}", pytrace=False)
     return skipped
+
+
+def test_slow_pages_are_pages() -> None:
+    assert SLOW_PAGES <= {_page_id(p) for p in pages()}
 
 
 def test_parser_follows_the_convention() -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 METRICS_DOC = REPO / "docs" / "metrics.md"
 EVALUATION_DOC = REPO / "docs" / "evaluation.md"
@@ -47,6 +49,7 @@ def documented(key: str, metrics: list[re.Pattern[str]], evaluation: list[re.Pat
     )
 
 
+@pytest.mark.slow
 def test_every_metric_of_a_training_run_is_documented(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = subprocess.run(

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# every test reads the one strict mkdocs build of the module (~11 s): all are slow
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
@@ -47,6 +50,7 @@ def site(build: tuple[Path, str]) -> Path:
     return build[0]
 
 
+@pytest.mark.slow
 def test_strict_build_has_no_warnings(build: tuple[Path, str]) -> None:
     warnings = build[1]
     if warnings:

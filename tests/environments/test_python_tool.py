@@ -718,7 +718,6 @@ def test_a_working_step_is_appended_masked_and_the_model_continues():
     assert (batch.tools[0].calls, batch.tools[0].turns, batch.tools[0].env_reward) == (1, 2, 1.0)
 
 
-@pytest.mark.slow
 def test_more_hanging_steps_than_workers_do_not_stall_the_rollout(release):
     class Hangs:
         def reset(self, sample):

@@ -273,6 +273,7 @@ def _load(schema: type, path: Path | None, texts: list[str]) -> Any | None:
 # --- targets ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_random_config_trees_load_or_fail_with_one_line(
@@ -377,6 +378,7 @@ def yaml_texts(draw: st.DrawFn, schema: type) -> str:
     return text
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_random_yaml_text_loads_or_fails_with_one_line(fuzz_dir: Path, data: st.DataObject) -> None:
@@ -386,6 +388,7 @@ def test_random_yaml_text_loads_or_fails_with_one_line(fuzz_dir: Path, data: st.
     _load(schema, path, [])
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_random_overrides_load_or_fail_with_one_line(data: st.DataObject) -> None:
@@ -394,6 +397,7 @@ def test_random_overrides_load_or_fail_with_one_line(data: st.DataObject) -> Non
     _load(schema, None, texts)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_train_preflight_checks_pass_or_fail_with_one_line(
@@ -553,6 +557,7 @@ def test_fixed_template_conversion_or_spec_is_refused(template: str) -> None:
     assert_one_line(info.value)
 
 
+@pytest.mark.slow
 def test_generated_values_cover_the_interesting_classes() -> None:
     """The strategies reach each input class the issue names (a guard against a strategy that
     silently stops generating them)."""

@@ -188,6 +188,7 @@ def sft_rows_or_error(path: Path, data: st.DataObject) -> None:
     eval_fraction=eval_fractions,
     seed=st.integers(0, 3),
 )
+@pytest.mark.slow
 def test_random_jsonl_files_load_or_fail_naming_the_file(
     fuzz_dir: Path, content: bytes, fields: FieldMap, eval_fraction: float, seed: int
 ) -> None:
@@ -196,6 +197,7 @@ def test_random_jsonl_files_load_or_fail_naming_the_file(
     load_and_check(path, fields, eval_fraction, seed)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     value=st.one_of(st.lists(st.one_of(rows, json_values), max_size=6), json_values),
@@ -234,6 +236,7 @@ clean_text = st.text(
     ),
     ensure_ascii=st.booleans(),
 )
+@pytest.mark.slow
 def test_well_formed_jsonl_loads_back_unchanged(
     fuzz_dir: Path, records: list[dict], ensure_ascii: bool
 ) -> None:
@@ -301,6 +304,7 @@ csv_clean_cells = st.text(
     ),
     data=st.data(),
 )
+@pytest.mark.slow
 def test_well_formed_csv_loads_back_unchanged(
     fuzz_dir: Path, names: list[str], data: st.DataObject
 ) -> None:
@@ -378,6 +382,7 @@ def parquet_bytes(draw: st.DrawFn) -> bytes:
     return raw
 
 
+@pytest.mark.slow
 @FUZZ
 @given(content=parquet_bytes(), fields=field_maps, data=st.data())
 def test_random_parquet_files_load_or_fail_naming_the_file(
@@ -400,6 +405,7 @@ def test_random_parquet_files_load_or_fail_naming_the_file(
     csv_content=csv_bytes(),
     data=st.data(),
 )
+@pytest.mark.slow
 def test_sft_rows_load_or_fail_naming_the_file(
     fuzz_dir: Path, suffix: str, jsonl: bytes, csv_content: bytes, data: st.DataObject
 ) -> None:

@@ -248,6 +248,7 @@ def parse_or_error(tree: Any, source: str, overrides: dict[str, str] | None) -> 
     overrides=st.one_of(st.none(), st.dictionaries(st.sampled_from(NAMES), safe_text, max_size=2)),
     huge=st.sampled_from([None, None, None, None, "model name", "model path", "model", "name"]),
 )
+@pytest.mark.slow
 def test_random_pipeline_trees_parse_or_fail_with_one_line(
     tree: Any, overrides: dict[str, str] | None, huge: str | None
 ) -> None:
@@ -308,6 +309,7 @@ def pipeline_texts(draw: st.DrawFn) -> str:
     return text
 
 
+@pytest.mark.slow
 @FUZZ
 @given(text=pipeline_texts())
 def test_random_pipeline_files_load_or_fail_with_one_line(fuzz_dir: Path, text: str) -> None:

@@ -440,6 +440,7 @@ def json_schema_cases(draw: st.DrawFn) -> tuple[str, dict]:
     return completion, sample
 
 
+@pytest.mark.slow
 @FUZZ
 @given(case=json_schema_cases())
 def test_json_schema_scores_any_completion(case: tuple[str, dict]) -> None:

@@ -96,7 +96,6 @@ def test_the_tokens_of_the_observation_carry_no_pretraining_loss(tokenizer):
         assert labs[ids.index(tokenizer.convert_tokens_to_ids(PYTHON_OPEN))] != -100
 
 
-@pytest.mark.slow
 def test_greedy_answers_directly_and_a_forced_tool_call_is_right():
     path = embedded.embedded_model_path("tools")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

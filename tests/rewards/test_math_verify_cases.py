@@ -95,6 +95,7 @@ def test_the_data_is_the_210_upstream_cases():
     assert sum(c["expected"] == 0 for c in cases) == 36
 
 
+@pytest.mark.slow
 def test_lenient_reading_agrees_on_194_and_accepts_no_wrong_answer_undocumented():
     verifier = MathVerifier(timeout_s=10.0, lenient=True)
     try:
@@ -111,6 +112,7 @@ def test_lenient_reading_agrees_on_194_and_accepts_no_wrong_answer_undocumented(
     }
 
 
+@pytest.mark.slow
 def test_strict_reading_with_each_answer_boxed_agrees_on_196():
     verifier = MathVerifier(timeout_s=10.0)
     try:

@@ -61,6 +61,7 @@ def test_a_freed_block_stays_with_the_process_for_reuse():
     assert _released_mib("keep") <= 4
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(glibc_mallopt() is None, reason="glibc malloc settings: Linux/glibc only")
 def test_with_long_rows_large_blocks_go_back_and_small_ones_stay():
     from rlvr.runs.allocator import LARGE_BLOCK

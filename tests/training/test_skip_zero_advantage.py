@@ -99,7 +99,6 @@ def _assert_same_update(on, off) -> None:
 # -- end to end -------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_skipping_zero_advantage_rows_learns_the_same(train_embedded):
     on, on_weights = train_embedded("on")
     off, off_weights = train_embedded("off", "training.skip_zero_advantage=false")

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 
 SAME = ("reward_mean", "reward_std", "completion_length_mean", "zero_std_group_fraction")
 CLOSE = ("loss", "advantage_abs_mean", "grad_norm", "entropy", "clip_fraction", "ratio_mean")
 
 
-@pytest.mark.slow
 def test_optimised_and_unoptimised_paths_learn_the_same(train_embedded, monkeypatch):
     fast, fast_weights = train_embedded("fast")
     import rlvr.runs.optim as optim

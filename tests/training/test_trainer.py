@@ -64,7 +64,6 @@ def _metrics(run: Path) -> list[dict]:
     return [r for r in rows if r["step"] >= 1]
 
 
-@pytest.mark.slow
 def test_rl_on_a_random_hf_model_raises_the_reward_and_leaves_a_loadable_run(
     tmp_path, tiny_model_dir
 ):
@@ -88,7 +87,6 @@ def test_rl_on_a_random_hf_model_raises_the_reward_and_leaves_a_loadable_run(
     assert model.config.vocab_size > 0
 
 
-@pytest.mark.slow
 def test_kl_to_a_reference_is_logged_and_several_updates_per_batch_run(tmp_path, tiny_model_dir):
     run = _train(
         tmp_path,
@@ -112,7 +110,6 @@ def test_kl_to_a_reference_is_logged_and_several_updates_per_batch_run(tmp_path,
     assert all(math.isfinite(r["loss"]) for r in rows)
 
 
-@pytest.mark.slow
 def test_dynamic_sampling_logs_its_fill_rate(tmp_path, tiny_model_dir):
     run = _train(
         tmp_path,
@@ -130,7 +127,6 @@ def test_dynamic_sampling_logs_its_fill_rate(tmp_path, tiny_model_dir):
         assert 1 <= r["dynamic_sampling_rounds"] <= 3
 
 
-@pytest.mark.slow
 def test_composite_reward_overlong_shaping_and_truncation_masking(tmp_path, tiny_model_dir):
     verifier = tmp_path / "parts.py"
     verifier.write_text(
@@ -164,7 +160,6 @@ def test_composite_reward_overlong_shaping_and_truncation_masking(tmp_path, tiny
     assert rows[0]["reward_mean"] < 0
 
 
-@pytest.mark.slow
 def test_training_on_a_jsonl_prompt_dataset_with_mapped_fields(tmp_path, tiny_model_dir):
     data = tmp_path / "prompts.jsonl"
     rows = [{"question": f"{i}+{i}=", "solution": 2 * i} for i in range(40)]
@@ -188,7 +183,6 @@ def test_training_on_a_jsonl_prompt_dataset_with_mapped_fields(tmp_path, tiny_mo
     assert len(_metrics(run)) == 2
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "variant, stat",
     [
