@@ -139,3 +139,24 @@ def test_fsdp_checkpoint_resumes_to_the_same_weights(tmp_path):
     w1, w2 = weights(full), weights(cut)
     for name in w1:
         assert (w1[name] - w2[name]).abs().max() < 1e-6, name
+
+
+def test_k_step_off_policy_rollouts_under_torchrun_equal_one_process(tmp_path):
+    """rollout.max_staleness=2 with 2 DDP ranks: the background rollouts gather their rounds on
+    a process group of their own while the updates run, and the run is the single process's:
+    the same completions, staleness 0, 1, 2, losses within fp32 rounding, the same weights."""
+    opts = [*MODES["token_mean"], "rollout.max_staleness=2", "training.steps=3"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    run(one, opts, nproc=1)
+    run(two, [*opts, "distributed.strategy=ddp"], nproc=2)
+    a_rows, b_rows = rows(one), rows(two)
+    assert [r["rollout_staleness"] for r in b_rows] == [0, 1, 2]
+    for a, b in zip(a_rows, b_rows, strict=True):
+        assert a["reward_mean"] == b["reward_mean"]
+        assert a["completion_length_mean"] == b["completion_length_mean"]
+        for key in (*STATS, "tis_weight_mean", "rollout_mismatch_kl"):
+            if key in a:
+                assert math.isclose(a[key], b[key], rel_tol=1e-4, abs_tol=1e-6), (key, a, b)
+    w1, w2 = weights(one), weights(two)
+    for name in w1:
+        assert (w1[name] - w2[name]).abs().max() < 2e-5, name

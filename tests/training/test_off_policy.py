@@ -194,3 +194,90 @@ def test_off_policy_default_run_reaches_the_target_accuracy(tmp_path):
     rows = rows[1:]
     assert all(abs(r["tis_weight_mean"] - 1.0) < 0.05 for r in rows)
     assert [r["rollout_staleness"] for r in rows[:2]] == [0, 1]
+
+
+def test_free_running_batches_are_never_more_than_k_updates_stale(tmp_path):
+    """rollout.async_mode=free: the generator thread runs on the newest weights it was handed;
+    admission control keeps every batch (so every token of it) at most K updates stale."""
+    t = trainer(
+        tmp_path, "free", "training.steps=6", "rollout.max_staleness=2", "rollout.async_mode=free"
+    )
+    t.train()
+    rows = [json.loads(x) for x in (tmp_path / "free" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert all(0 <= r["rollout_staleness"] <= 2 for r in rows)
+    assert all(r["rollout_buffer_depth"] <= 2 for r in rows)
+    assert rows[-1]["rollout_dropped_batches"] == 0
+    assert rows[0]["rollout_staleness"] == 0  # the first batch: the initial weights, on-policy
+
+
+@pytest.mark.slow
+def test_a_slow_learner_finds_k_batches_waiting_and_a_slow_generator_fresh_ones(tmp_path):
+    import time
+
+    def run(name: str, slow: str) -> list[dict]:
+        t = trainer(
+            tmp_path,
+            name,
+            "training.steps=6",
+            "rollout.max_staleness=2",
+            "rollout.async_mode=free",
+        )
+        if slow == "learner":
+            update = t.update
+            t.update = lambda scored: (time.sleep(0.25), update(scored))[1]
+        else:
+            collect = t.collector.collect
+            t.collector.collect = lambda step: (time.sleep(0.25), collect(step))[1]
+        t.train()
+        path = tmp_path / name / "metrics.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()]
+
+    learner_bound = run("slow-learner", "learner")
+    assert max(r["rollout_staleness"] for r in learner_bound) == 2  # the buffer ran ahead
+    assert all(r["rollout_staleness"] <= 2 for r in learner_bound)
+    generator_bound = run("slow-generator", "generator")
+    assert all(r["rollout_staleness"] <= 1 for r in generator_bound)  # taken as soon as made
+    assert all(r["rollout_buffer_depth"] <= 1 for r in generator_bound)
+
+
+def test_free_running_resume_trains_on_the_batches_ready_at_the_checkpoint(tmp_path):
+    """Not deterministic, but nothing is lost: the checkpoint holds the ready batches, and the
+    resumed run trains on them first."""
+    import shutil
+
+    opts = ("training.steps=4", "rollout.max_staleness=2", "rollout.async_mode=free")
+    opts = (*opts, "checkpoint.every=2", "checkpoint.keep_last=2")
+    trainer(tmp_path, "full", *opts).train()
+    state = torch.load(
+        tmp_path / "full" / "checkpoints" / "step-2" / "trainer_state.pt", weights_only=False
+    )
+    ready = state["pending"]
+    assert 1 <= len(ready) <= 2
+    shutil.copytree(tmp_path / "full", tmp_path / "cut")
+    shutil.rmtree(tmp_path / "cut" / "checkpoints" / "step-4")
+    shutil.rmtree(tmp_path / "cut" / "final")
+    cfg = load_config(None, [*TINY, *opts])
+    GRPOTrainer(cfg, tmp_path / "cut", progress=False, log=lambda _m: None, resume=True).train()
+    assert completions(tmp_path / "cut", 3) == sorted(
+        zip(ready[0].batch.group_ids.tolist(), ready[0].batch.completion_text)
+    )
+    rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+
+
+def test_under_torchrun_k_step_needs_ddp_and_the_deterministic_schedule():
+    from rlvr.distributed.world import World
+    from rlvr.errors import ConfigError
+    from rlvr.runs.policy import check_policy_config
+
+    two = World(rank=0, size=2)
+    check_policy_config(load_config(None, ["rollout.max_staleness=2"]), two)  # DDP: fine
+    with pytest.raises(ConfigError, match="rollout.async_mode=free: not supported under torchrun"):
+        check_policy_config(
+            load_config(None, ["rollout.max_staleness=2", "rollout.async_mode=free"]), two
+        )
+    fsdp = load_config(None, ["rollout.off_policy_steps=1", "distributed.strategy=fsdp"])
+    with pytest.raises(ConfigError, match="rollout.off_policy_steps=1: not supported with"):
+        check_policy_config(fsdp, two)
+    check_policy_config(fsdp, World())  # one process: FSDP is a no-op there

@@ -217,6 +217,8 @@ def config_warnings(cfg: Config) -> list[str]:
             unused(
                 f"algorithm.{name}", f"it corrects for a sampler other than the learner and {why}"
             )
+    if cfg.rollout.staleness == 0:
+        unused("rollout.async_mode", "rollout.max_staleness=0 trains on-policy")
     if exact_sampler:
         unused(
             "rollout.max_logprob_drift",

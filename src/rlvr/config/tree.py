@@ -5,10 +5,8 @@ and checkpointing. It is read from YAML, takes dotted `key=value` overrides from
 and is validated before any work starts: an unknown key, a wrong type or a value out of range is a
 one-line `ConfigError` that names the key and, where one is close, suggests the valid key.
 
-Every field's metadata carries its help text and its constraints:
-  help     one line shown by `rlvr train --help`
-  choices  allowed values
-  ge/gt/le/lt   numeric bounds
+Every field's metadata carries its help text (one line of `rlvr train --help`) and its
+constraints (`choices`, numeric bounds `ge`/`gt`/`le`/`lt`).
 
 This module holds the tree; `rlvr.config.fields` the machinery that reads any such tree and
 `rlvr.config.checks` the checks across fields (`validate`, `config_warnings`). Every name is
@@ -242,12 +240,16 @@ class RolloutConfig:
     )
     max_staleness: int = option(
         0,
-        "K: the batch of step s is generated in the background from the weights of update "
-        "s-1-K (the initial ones for s <= K+1) while the updates before it run, so each batch "
-        "is min(s-1, K) updates stale and corrected by algorithm.token_correction; 0 = "
-        "on-policy, 1 = rollout.off_policy_steps=1 (docs/concepts/async-rl.md)",
+        "K > 0: batches are generated in the background, at most K updates stale (corrected by "
+        "algorithm.token_correction); 0 = on-policy (docs/concepts/async-rl.md)",
         ge=0,
         le=64,
+    )
+    async_mode: str = option(
+        "deterministic",
+        "with max_staleness K: deterministic (batch s from the weights of update s-1-K) or free "
+        "(a generator thread on the newest weights, at most K batches ahead)",
+        choices=["deterministic", "free"],
     )
     max_logprob_drift: float = option(
         0.1,
@@ -572,8 +574,7 @@ class Config:
 
 
 def all_keys(cls: type | None = None, prefix: str = "") -> list[str]:
-    """Every dotted leaf key of the tree `cls` (default: the RL run's `Config`), e.g.
-    'rollout.group_size'."""
+    """Every dotted leaf key of the tree `cls` (default: the RL run's `Config`)."""
     return leaf_keys(Config if cls is None else cls, prefix)
 
 

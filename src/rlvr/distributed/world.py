@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -28,11 +28,22 @@ _BUCKET_BYTES = 32 * 1024 * 1024  # gradients are summed in flat buckets of this
 
 @dataclass(frozen=True)
 class World:
-    """rank / size / local_rank of this process; size 1 means no process group."""
+    """rank / size / local_rank of this process; size 1 means no process group. `group`: the
+    process group its collectives run on (None: the default one)."""
 
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    group: Any = None
+
+    def new_group(self) -> World:
+        """The same ranks on a process group of their own (gloo), for collectives another
+        thread makes while this one makes its own (the background rollouts of
+        rollout.max_staleness): each group keeps its own order. A collective: every rank calls
+        it, in the same order."""
+        if not self.distributed:
+            return self
+        return replace(self, group=dist.new_group(backend="gloo"))
 
     @property
     def is_main(self) -> bool:
@@ -54,14 +65,14 @@ class World:
 
     def barrier(self) -> None:
         if self.distributed:
-            dist.barrier()
+            dist.barrier(group=self.group)
 
     def broadcast_object(self, obj: Any) -> Any:
         """Rank 0's `obj` on every rank."""
         if not self.distributed:
             return obj
         box = [obj]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, group=self.group)
         return box[0]
 
     def all_gather_object(self, obj: Any) -> list[Any]:
@@ -69,21 +80,21 @@ class World:
         if not self.distributed:
             return [obj]
         out: list[Any] = [None] * self.size
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=self.group)
         return out
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """In place over ranks: op is sum, max or min. Returns the tensor."""
         if self.distributed:
             ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-            dist.all_reduce(tensor, op=ops[op])
+            dist.all_reduce(tensor, op=ops[op], group=self.group)
         return tensor
 
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Every rank starts from rank 0's weights (trainable or not)."""
         if self.distributed:
             for tensor in [*module.parameters(), *module.buffers()]:
-                dist.broadcast(tensor.data, src=0)
+                dist.broadcast(tensor.data, src=0, group=self.group)
 
     def all_reduce_grads(self, params: Iterable[torch.nn.Parameter]) -> None:
         """Sum the gradients of `params` over ranks (not the mean: the loss of every rank is
@@ -104,17 +115,17 @@ class World:
                 size + grad.numel() * grad.element_size() > _BUCKET_BYTES
                 or grad.dtype != bucket[0].dtype
             ):
-                _sum_bucket(bucket)
+                _sum_bucket(bucket, self.group)
                 bucket, size = [], 0
             bucket.append(grad)
             size += grad.numel() * grad.element_size()
         if bucket:
-            _sum_bucket(bucket)
+            _sum_bucket(bucket, self.group)
 
 
-def _sum_bucket(grads: list[torch.Tensor]) -> None:
+def _sum_bucket(grads: list[torch.Tensor], group: Any) -> None:
     flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
     offset = 0
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))

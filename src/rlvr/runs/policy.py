@@ -144,11 +144,17 @@ class Policy:
 
 def check_policy_config(cfg: Config, world: World) -> None:
     """What the world makes impossible, said before any weights load."""
-    if cfg.rollout.staleness > 0 and world.distributed:
+    if cfg.rollout.staleness > 0 and world.distributed and cfg.rollout.async_mode == "free":
+        raise ConfigError(
+            "rollout.async_mode=free: not supported under torchrun (which weights a batch is "
+            "drawn from depends on timing, so the ranks would disagree); use deterministic"
+        )
+    if cfg.rollout.staleness > 0 and world.distributed and cfg.distributed.strategy == "fsdp":
         key = "max_staleness" if cfg.rollout.max_staleness else "off_policy_steps"
         raise ConfigError(
-            f"rollout.{key}={getattr(cfg.rollout, key)}: not supported under torchrun yet (the "
-            "background rollout thread would interleave collectives); use 0, or the Ray mode"
+            f"rollout.{key}={getattr(cfg.rollout, key)}: not supported with "
+            "distributed.strategy=fsdp yet (the rollout replica would also be the whole-weight "
+            "copy evaluation and saving gather into); use distributed.strategy=ddp"
         )
     if world.distributed and cfg.distributed.strategy == "fsdp" and cfg.model.lora_rank:
         raise ConfigError(

@@ -44,6 +44,7 @@ class ScoredRollouts:
     time_generate_s: float = 0.0
     time_score_s: float = 0.0
     staleness: int = 0  # optimizer steps between the sampler's weights and the learner's
+    version: int = 0  # the updates the weights that sampled the batch had seen
     components: dict[str, list[float]] = field(default_factory=dict)  # composite verifier parts
     task_metrics: dict[str, float] = field(default_factory=dict)  # e.g. the curriculum level
     # Every completion of the step's rounds whose verifier or environment failed (the rows of

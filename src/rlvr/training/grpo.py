@@ -142,12 +142,14 @@ class GRPOTrainer:
             main=self.main,
             log=self.log,
         )
+        # background rollouts (max_staleness) gather their rounds on a process group of their own
+        source_world = self.world.new_group() if r.staleness else self.world
         # last: a Ray source starts a cluster, which nothing after it could fail to close
         self.source = build_rollout_source(
-            cfg, self.engine, self.verifier, self.sampling, self.sample_gen, self.world, self.log
+            cfg, self.engine, self.verifier, self.sampling, self.sample_gen, source_world, self.log
         )
         self.collector = Collector(cfg, self.task, self.source, self.prompt_rng, self.encode)
-        self.rollouts = build_schedule(r.staleness, self.collector, self.policy)
+        self.rollouts = build_schedule(r.staleness, self.collector, self.policy, r.async_mode)
         self.step = 0
 
     # -- the loop ------------------------------------------------------------------------------

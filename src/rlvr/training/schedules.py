@@ -13,7 +13,9 @@ reward shaping, and returns a `ScoredRollouts`.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
@@ -90,8 +92,11 @@ class StaleRollouts:
 
     At step s (the learner at version s-1) the schedule hands batch s+K to the worker with the
     current weights. The worker generates in step order over the rollout replica: the replica
-    takes the weights in this thread when the worker is idle (always so for K = 1), else the
-    job carries a copy that the worker loads before generating (at most K-1 copies queued)."""
+    takes the weights in this thread when no batch is outstanding (always so for K = 1), else
+    the job carries a copy that the worker loads before generating (at most K-1 copies queued);
+    the choice depends on the steps alone, so every rank of a torchrun job makes the same.
+    Under torchrun the worker's collectives (the gathered rounds) run on a process group of
+    their own (`World.new_group`), so they never interleave with the update's."""
 
     def __init__(self, collector: Collector, policy: Policy, k: int) -> None:
         if k < 1:
@@ -120,24 +125,22 @@ class StaleRollouts:
 
     def _submit(self, step: int, version: int) -> None:
         """Queue the batch of `step`, drawn from the weights after `version` updates (now)."""
-        idle = all(f.done() for f in self._pending.values())
         weights = None
-        if idle:
+        if not self._pending:  # every batch handed out was taken: the worker is idle, and
             self.sync()  # nothing runs on the replica: it takes the weights now
         elif version != self._queued_version:
             weights = self.policy.rollout_weights_copy()
         self._queued_version = version
-        stale = step - 1 - version
-        self._pending[step] = self.executor.submit(self._collect, step, weights, stale)
+        self._pending[step] = self.executor.submit(self._collect, step, weights, version)
 
     def _collect(
-        self, step: int, weights: dict[str, torch.Tensor] | None, staleness: int
+        self, step: int, weights: dict[str, torch.Tensor] | None, version: int
     ) -> ScoredRollouts:
         if weights is not None:
             self.policy.load_rollout_weights(weights)
             self.collector.source.sync(self.policy.rollout_model)
         scored = self.collector.collect(step)
-        scored.staleness = staleness
+        scored.version, scored.staleness = version, step - 1 - version
         return scored
 
     def metrics(self, scored: ScoredRollouts) -> dict[str, float]:
@@ -164,6 +167,134 @@ class StaleRollouts:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
 
-def build_schedule(staleness: int, collector: Collector, policy: Policy) -> Schedule:
-    """`rollout.max_staleness` (or off_policy_steps) K: on-policy for 0, else K-step."""
-    return StaleRollouts(collector, policy, staleness) if staleness else OnPolicy(collector, policy)
+class FreeRunning:
+    """rollout.async_mode=free: a generator thread makes batch after batch from the newest
+    weights the learner has published, and the learner takes the oldest ready one.
+
+    Admission control bounds the staleness: the generator starts a batch only while fewer than
+    K are ready or being made, so a batch started on the weights of update v is taken by step
+    v + K + 1 at the latest: at most K updates stale, whichever side is slower (a slow learner
+    finds K batches waiting; a slow generator hands over batches 0 or 1 update old). A batch
+    found older than K anyway is dropped and counted (`rollout_dropped_batches`), and another
+    one made. Not deterministic: which weights a batch is drawn from depends on timing; a
+    checkpoint holds the ready batches, so a resumed run loses none (docs/concepts/async-rl.md).
+    """
+
+    def __init__(self, collector: Collector, policy: Policy, k: int) -> None:
+        if k < 1:
+            raise ValueError(f"FreeRunning needs k >= 1, got {k}")
+        self.collector, self.policy, self.k = collector, policy, k
+        self.cond = threading.Condition()
+        self.ready: deque[ScoredRollouts] = deque()
+        self.making = False  # a batch is being generated
+        self.paused = False  # a checkpoint is being taken: start nothing new
+        self.stopped = False
+        self.error: BaseException | None = None
+        self.published: tuple[int, dict[str, torch.Tensor] | None] = (0, None)
+        self.loaded = 0  # the version the replica holds
+        self.made = 0  # batches generated (the next one is made for step made + 1)
+        self.wanted = 0  # batches the run needs: its last step, plus one per dropped batch
+        self.dropped = 0
+        self.depth = 0
+        self.waited_s = 0.0
+        self.thread: threading.Thread | None = None
+
+    def next(self, step: int, last_step: int) -> ScoredRollouts:
+        t0 = time.perf_counter()
+        with self.cond:
+            self.paused = False
+            if self.thread is None:  # the first step of the run (or of a resumed one)
+                self.made = step - 1 + len(self.ready)  # the ready ones are for steps from step
+                self.wanted = last_step
+                sync_weights(self.policy, self.collector.source)
+                self.published, self.loaded = (step - 1, None), step - 1
+                self.thread = threading.Thread(target=self._generate, name="rlvr-rollouts")
+                self.thread.daemon = True
+                self.thread.start()
+            else:  # the learner's weights after update step - 1, for the next batch made
+                self.published = (step - 1, self.policy.rollout_weights_copy())
+            self.cond.notify_all()
+            while True:
+                while not self.ready and self.error is None:
+                    self.cond.wait()
+                if self.error is not None:
+                    raise self.error
+                self.depth = len(self.ready)
+                scored = self.ready.popleft()
+                self.cond.notify_all()  # room for another batch
+                scored.staleness = step - 1 - scored.version
+                if scored.staleness <= self.k:
+                    break
+                self.dropped += 1
+                self.wanted += 1  # and another batch made in its place
+                self.cond.notify_all()
+        self.waited_s = time.perf_counter() - t0
+        return scored
+
+    def _generate(self) -> None:
+        try:
+            while True:
+                with self.cond:
+                    while not self.stopped and (
+                        self.paused or len(self.ready) >= self.k or self.made >= self.wanted
+                    ):
+                        self.cond.wait()
+                    if self.stopped:
+                        return
+                    version, weights = self.published
+                    self.making = True
+                    self.made += 1
+                    step = self.made
+                if version != self.loaded and weights is not None:
+                    self.policy.load_rollout_weights(weights)
+                    self.collector.source.sync(self.policy.rollout_model)
+                    self.loaded = version
+                scored = self.collector.collect(step)
+                scored.version = self.loaded
+                with self.cond:
+                    self.ready.append(scored)
+                    self.making = False
+                    self.cond.notify_all()
+        except BaseException as e:  # noqa: BLE001 - handed to the learner's thread
+            with self.cond:
+                self.error, self.making = e, False
+                self.cond.notify_all()
+
+    def metrics(self, scored: ScoredRollouts) -> dict[str, float]:
+        return {
+            "rollout_staleness": scored.staleness,
+            "rollout_buffer_depth": self.depth,
+            "rollout_dropped_batches": self.dropped,
+            "time_rollout_wait_s": self.waited_s,
+        }
+
+    def pending(self) -> list[ScoredRollouts]:
+        """The ready batches, once the one being made is done; nothing new starts until the
+        next step (the checkpoint's RNG states are those after the last batch made)."""
+        with self.cond:
+            self.paused = True
+            while self.making and self.error is None:
+                self.cond.wait()
+            return list(self.ready)
+
+    def resume_with(self, pending: ScoredRollouts | list[ScoredRollouts] | None, step: int) -> None:
+        if pending is None:
+            return
+        self.ready.extend(pending if isinstance(pending, list) else [pending])
+
+    def close(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+        if self.thread is not None:
+            self.thread.join()
+
+
+def build_schedule(
+    staleness: int, collector: Collector, policy: Policy, mode: str = "deterministic"
+) -> Schedule:
+    """`rollout.max_staleness` (or off_policy_steps) K: on-policy for 0, else K-step
+    (`rollout.async_mode`: deterministic or free)."""
+    if not staleness:
+        return OnPolicy(collector, policy)
+    return (FreeRunning if mode == "free" else StaleRollouts)(collector, policy, staleness)
