@@ -113,7 +113,7 @@ def test_train_says_once_per_option_what_the_rest_of_the_config_makes_ineffectiv
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("rlvr: warning:")]
     assert len(warnings) == 2, proc.stderr
     assert any("algorithm.std=sample" in w and "rloo" in w for w in warnings)
-    assert any("algorithm.tis_cap" in w and "off_policy_steps" in w for w in warnings)
+    assert any("algorithm.tis_cap" in w and "max_staleness=0" in w for w in warnings)
     default = run_cli(
         "train", "--output-dir", str(tmp_path / "d"), "training.steps=0", "eval.size=0"
     )
