@@ -53,8 +53,6 @@ def sync_weights(policy: Policy, source: RolloutSource) -> None:
 class OnPolicy:
     """Each step's batch is drawn from the weights as they are when the step starts."""
 
-    staleness = 0
-
     def __init__(self, collector: Collector, policy: Policy) -> None:
         self.collector, self.policy = collector, policy
         self.waited_s = 0.0
@@ -102,7 +100,6 @@ class StaleRollouts:
         if k < 1:
             raise ValueError(f"StaleRollouts needs k >= 1, got {k}")
         self.collector, self.policy, self.k = collector, policy, k
-        self.staleness = k
         self.executor = ThreadPoolExecutor(max_workers=1)
         self._pending: dict[int, Future[ScoredRollouts]] = {}
         self._queued_version: int | None = None  # the weights the worker's last job reads
