@@ -270,8 +270,8 @@ def test_importing_the_config_imports_neither_torch_nor_the_data_package():
 def test_config_modules_import_only_errors_algorithm_names_and_each_other():
     src = Path(__file__).parent.parent / "src" / "rlvr" / "config"
     allowed = {"rlvr.errors", "rlvr.algorithms.names", "rlvr.config.fields", "rlvr.config.checks"}
-    allowed |= {"rlvr.config.tree"}
-    for name in ("__init__.py", "tree.py", "fields.py", "checks.py"):
+    allowed |= {"rlvr.config.tree", "rlvr.config.rollout"}
+    for name in sorted(p.name for p in src.glob("*.py")):
         text = (src / name).read_text(encoding="utf-8")
         assert len(text.splitlines()) < 600, name
         imported = set(re.findall(r"^\s*(?:from|import) (rlvr[\w.]*)", text, re.M))

@@ -368,7 +368,7 @@ def test_rewards_module_imports_no_torch():
 
     code = (
         "import sys, rlvr.rewards.math, rlvr.rewards.pool, rlvr.rewards.compose, "
-        "rlvr.rewards.format, rlvr.rewards.language, rlvr.rewards.length; "
+        "rlvr.rewards.format, rlvr.rewards.language, rlvr.algorithms.shaping; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

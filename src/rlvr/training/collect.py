@@ -26,7 +26,7 @@ from rlvr.algorithms import zero_variance_groups
 from rlvr.config import Config
 from rlvr.data.task import Task, TaskHooks
 from rlvr.rewards.base import Failure
-from rlvr.rewards.length import overlong_penalties
+from rlvr.algorithms.shaping import overlong_penalties
 from rlvr.rollout import RolloutBatch, Round, take_rows
 from rlvr.training.sources import RolloutSource
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlvr.rewards.length import overlong_penalties, overlong_penalty
+from rlvr.algorithms.shaping import overlong_penalties, overlong_penalty
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,125 @@
+"""The generation side of the configuration tree: the `rollout` (engines, sampling, staleness),
+`reward` (verifier, its workers, shaping) and `environment` (multi-turn tools) sections. Part of
+`rlvr.config.tree`'s `Config`; every name is importable from `rlvr.config`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlvr.config.fields import option
+
+
+@dataclass
+class RewardConfig:
+    verifier: str = option(
+        "exact_answer",
+        "exact_answer, math, code, format, language, countdown, gym, 'module:function', "
+        "'path/file.py:function', "
+        "or a weighted sum like 'math:1.0,format:0.1'",
+    )
+    workers: int = option(0, "verifier worker processes (0 = score in the trainer process)", ge=0)
+    timeout_s: float = option(10.0, "per-sample limit in the worker pool, seconds", gt=0.0)
+    overlong_buffer: int = option(
+        0, "DAPO overlong shaping: penalty buffer before rollout.max_new_tokens (0 = off)", ge=0
+    )
+    overlong_penalty_factor: float = option(1.0, "DAPO overlong shaping: maximal penalty", ge=0.0)
+    mask_truncated: bool = option(False, "drop truncated completions from the loss (DAPO)")
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = option(
+        "fast",
+        "generation engine: fast (static KV cache, prefix sharing, continuous batching; Llama, "
+        "Mistral, Qwen2, else it falls back to hf), hf (the reference loop) or vllm (an "
+        "in-process vLLM engine, the 'vllm' extra; docs/guides/vllm.md); docs/rollout.md",
+        choices=["hf", "fast", "vllm"],
+    )
+    prompts_per_step: int = option(16, "prompts drawn per step", ge=1)
+    group_size: int = option(8, "completions per prompt (G)", ge=1)
+    temperature: float = option(1.0, "sampling temperature (0 = greedy)", ge=0.0)
+    top_p: float = option(1.0, "nucleus sampling threshold (1 = off)", gt=0.0, le=1.0)
+    top_k: int = option(0, "top-k sampling (0 = off)", ge=0)
+    max_new_tokens: int = option(64, "completion length limit, tokens", ge=1)
+    stop: list[str] = option([], "extra stop strings (EOS always stops)")
+    max_batch_size: int = option(
+        0,
+        "rows decoded together (0 = auto: the rows of one step, prompts_per_step x group_size, "
+        "so held-out evaluation decodes no more rows at once than a training rollout); "
+        "docs/memory.md",
+        ge=0,
+    )
+    max_prefill_tokens: int = option(
+        4096,
+        "fast engine: padded prompt tokens prefilled in one forward (at least one prompt); "
+        "bounds the memory of prompt prefills",
+        ge=1,
+    )
+    off_policy_steps: int = option(
+        0,
+        "0 = on-policy; 1 = generate the next batch while the current one trains (one step "
+        "stale; docs/distributed.md), the same as rollout.max_staleness=1",
+        ge=0,
+        le=1,
+    )
+    max_staleness: int = option(
+        0,
+        "K > 0: batches are generated in the background, at most K updates stale (corrected by "
+        "algorithm.token_correction); 0 = on-policy (docs/concepts/async-rl.md)",
+        ge=0,
+        le=64,
+    )
+    async_mode: str = option(
+        "deterministic",
+        "with max_staleness K: deterministic (batch s from the weights of update s-1-K) or free "
+        "(a generator thread on the newest weights, at most K batches ahead)",
+        choices=["deterministic", "free"],
+    )
+    max_logprob_drift: float = option(
+        0.1,
+        "when the sampler is not the learner's own code (rollout.engine=vllm): a mean "
+        "|log pi_learner - log pi_sampler| per token above this, on a batch drawn right after "
+        "a weight sync, stops the run (the weights are probably not synced); 0 = off",
+        ge=0.0,
+    )
+    vllm_kv_cache_gb: float = option(1.0, "vllm on a CPU: KV cache size, GiB", gt=0.0)
+    vllm_gpu_memory_utilization: float = option(
+        0.3,
+        "vllm on CUDA: share of the GPU it may take, colocated with the learner",
+        gt=0.0,
+        le=1.0,
+    )
+    vllm_max_model_len: int = option(
+        0, "vllm: longest prompt + completion, tokens (0 = the model's context length)", ge=0
+    )
+    vllm_sleep: bool = option(
+        True, "vllm on CUDA: free its KV cache while the learner updates (sleep mode)"
+    )
+
+    @property
+    def staleness(self) -> int:
+        """K of the K-step schedule (0: on-policy); off_policy_steps=1 is K = 1."""
+        return self.max_staleness or self.off_policy_steps
+
+
+@dataclass
+class EnvironmentConfig:
+    name: str = option(
+        "",
+        "multi-turn rollouts: '' = none (single-turn), 'python' = a sandboxed python tool the "
+        "model calls mid-reasoning, or a user environment 'module:Class' / 'file.py:Class' "
+        "(docs/guides/tools.md)",
+    )
+    max_turns: int = option(4, "model turns per completion (tool calls + 1)", ge=1)
+    format: str = option(
+        "tags",
+        "python tool call format: tags (<python>..</python> -> <output>..</output>), fenced "
+        "(```python blocks), hermes (<tool_call> JSON, output as a chat tool message)",
+        choices=["tags", "fenced", "hermes"],
+    )
+    timeout_s: float = option(5.0, "python tool: wall-clock limit per call, seconds", gt=0.0)
+    memory_mb: int = option(256, "python tool: address-space limit per process, MB", ge=32)
+    max_output_chars: int = option(
+        1000, "python tool: output shown to the model, characters", ge=16
+    )
+    workers: int = option(4, "environment steps (tool calls) run at once", ge=1)
