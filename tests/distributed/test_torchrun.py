@@ -141,15 +141,28 @@ def test_fsdp_checkpoint_resumes_to_the_same_weights(tmp_path):
         assert (w1[name] - w2[name]).abs().max() < 1e-6, name
 
 
-def test_k_step_off_policy_rollouts_under_torchrun_equal_one_process(tmp_path):
-    """rollout.max_staleness=2 with 2 DDP ranks: the background rollouts gather their rounds on
+@pytest.fixture(scope="module")
+def k_step_one_process(tmp_path_factory) -> Path:
+    one = tmp_path_factory.mktemp("k_step") / "one"
+    run(one, K_STEP, nproc=1)
+    return one
+
+
+K_STEP = [*MODES["token_mean"], "rollout.max_staleness=2", "training.steps=3", "eval.size=8"]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_k_step_off_policy_rollouts_under_torchrun_equal_one_process(
+    tmp_path, k_step_one_process, strategy
+):
+    """rollout.max_staleness=2 with 2 ranks: the background rollouts gather their rounds on
     a process group of their own while the updates run, and the run is the single process's:
-    the same completions, staleness 0, 1, 2, losses within fp32 rounding, the same weights."""
-    opts = [*MODES["token_mean"], "rollout.max_staleness=2", "training.steps=3"]
-    one, two = tmp_path / "one", tmp_path / "two"
-    run(one, opts, nproc=1)
-    run(two, [*opts, "distributed.strategy=ddp"], nproc=2)
-    a_rows, b_rows = rows(one), rows(two)
+    the same completions, staleness 0, 1, 2, losses within fp32 rounding, the same weights and
+    held-out evaluation. FSDP: the queued batches carry the gathered whole weights, and
+    evaluation and saving gather into a whole copy of their own."""
+    one, two = k_step_one_process, tmp_path / "two"
+    run(two, [*K_STEP, f"distributed.strategy={strategy}"], nproc=2)
+    a_rows, b_rows = ([r for r in rows(d) if "loss" in r] for d in (one, two))
     assert [r["rollout_staleness"] for r in b_rows] == [0, 1, 2]
     for a, b in zip(a_rows, b_rows, strict=True):
         assert a["reward_mean"] == b["reward_mean"]
@@ -160,3 +173,6 @@ def test_k_step_off_policy_rollouts_under_torchrun_equal_one_process(tmp_path):
     w1, w2 = weights(one), weights(two)
     for name in w1:
         assert (w1[name] - w2[name]).abs().max() < 2e-5, name
+    s1, s2 = (json.loads((d / "summary.json").read_text()) for d in (one, two))
+    for side in ("eval_before", "eval_after"):
+        assert s1[side]["accuracy"] == s2[side]["accuracy"], side

@@ -82,6 +82,12 @@ def test_stale_rollouts_hold_one_weight_copy_per_step_of_staleness(llama7b, caps
     for k in (1, 3):  # the replica, and K - 1 copies carried by queued batches
         assert main([*base, f"rollout.max_staleness={k}"]) == 0
         assert _report(capsys)["replica"] == f"{k * N_7B * 2 / GIB:.2f} GiB"
+    # FSDP: the whole copy evaluation and saving gather into comes on top of the K copies
+    fsdp = [*base, "--world-size", "8", "--fsdp"]
+    assert main(fsdp) == 0
+    assert _report(capsys)["replica"] == f"{N_7B * 2 / GIB:.2f} GiB"
+    assert main([*fsdp, "rollout.max_staleness=3"]) == 0
+    assert _report(capsys)["replica"] == f"{4 * N_7B * 2 / GIB:.2f} GiB"
 
 
 def test_bad_arguments_are_one_line_errors(capsys, tmp_path):

@@ -27,7 +27,8 @@ of one step):
   replica         c * N * b_w       whole copies the engine generates from: c = 1 under FSDP
                                     and one-step off-policy generation, c = K under
                                     rollout.max_staleness=K (the replica and the K - 1 weight
-                                    copies queued batches carry)
+                                    copies queued batches carry), K + 1 with FSDP (evaluation
+                                    and saving gather into a whole copy of their own)
 
   generation (and evaluation, with eval's length and samples): the engine's own memory
   kv_cache        2 * L * k * ceil64(P + C) * R * b_w
@@ -389,6 +390,7 @@ def plan_of(
 
     r, t, e = cfg.rollout, cfg.training, cfg.eval
     prompts = -(-r.prompts_per_step // world_size)
+    sharded = fsdp and world_size > 1
     evaluates = e.size > 0 and (e.before or e.after or e.every > 0)
     return RunPlan(
         prompt_tokens=prompt_tokens,
@@ -404,7 +406,8 @@ def plan_of(
         share_prompts=t.share_prompts,
         eval_new_tokens=(e.max_new_tokens or r.max_new_tokens) if evaluates else 0,
         eval_samples=max(1, e.t1_samples, e.k),
-        replicas=max(r.staleness, int(fsdp and world_size > 1)),
+        # FSDP with background rollouts adds the whole copy evaluation and saving gather into
+        replicas=max(r.staleness, int(sharded)) + int(sharded and r.staleness > 0),
         vllm_kv_bytes=r.vllm_kv_cache_gb * GIB if r.engine == "vllm" else 0.0,
         device=device,
     )

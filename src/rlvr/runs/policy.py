@@ -6,6 +6,8 @@ reference      what KL is measured against: a frozen second copy, the LoRA polic
 rollout_model  the weights generation reads: the model itself, or a whole-weight replica
                synced from it when the learner is sharded (FSDP) or generation runs off-policy
                on a snapshot
+whole_model    FSDP with off-policy rollouts only: a second whole-weight copy that evaluation
+               and saving gather into, since the rollout replica is busy in the background
 fsdp_root      FSDP2's root unit; a log-prob function called through it runs with the root's
                parameters gathered (rlvr.distributed.fsdp)
 compute_dtype  bf16 under model.precision=bf16-mixed: the learner's passes run under
@@ -51,6 +53,7 @@ class Policy:
     world: World
     device: torch.device
     compute_dtype: torch.dtype | None = None
+    whole_model: torch.nn.Module | None = None
 
     @property
     def sharded(self) -> bool:
@@ -58,7 +61,9 @@ class Policy:
 
     @property
     def whole(self) -> torch.nn.Module:
-        """A module with the whole current weights (after `sync_rollout_weights` under FSDP)."""
+        """A module with the whole current weights (after `gather_whole` under FSDP)."""
+        if self.whole_model is not None:
+            return self.whole_model
         return self.rollout_model if self.sharded else self.model
 
     def run(self, fn: Callable[..., Any], model: torch.nn.Module, *args: Any, **kw: Any) -> Any:
@@ -106,7 +111,12 @@ class Policy:
 
     def rollout_weights_copy(self) -> dict[str, torch.Tensor]:
         """A copy of the learner's current weights, for the replica to take later (a batch
-        queued behind others, rlvr.training.schedules.StaleRollouts)."""
+        queued behind others, rlvr.training.schedules.StaleRollouts); under FSDP the gathered
+        whole weights (a collective every rank makes)."""
+        if self.sharded:
+            from rlvr.distributed.fsdp import full_model_state
+
+            return full_model_state(self.model)
         with torch.no_grad():
             return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
@@ -118,7 +128,13 @@ class Policy:
     def gather_whole(self) -> None:
         """Make `whole` current: under FSDP the replica takes the sharded weights (a collective
         every rank makes); otherwise `whole` is the model itself."""
-        if self.sharded:
+        if self.whole_model is not None:
+            from rlvr.distributed.fsdp import full_model_state
+
+            state = full_model_state(self.model)
+            with torch.no_grad():
+                self.whole_model.load_state_dict(state)
+        elif self.sharded:
             self.sync_rollout_weights()
 
     def full_optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
@@ -148,13 +164,6 @@ def check_policy_config(cfg: Config, world: World) -> None:
         raise ConfigError(
             "rollout.async_mode=free: not supported under torchrun (which weights a batch is "
             "drawn from depends on timing, so the ranks would disagree); use deterministic"
-        )
-    if cfg.rollout.staleness > 0 and world.distributed and cfg.distributed.strategy == "fsdp":
-        key = "max_staleness" if cfg.rollout.max_staleness else "off_policy_steps"
-        raise ConfigError(
-            f"rollout.{key}={getattr(cfg.rollout, key)}: not supported with "
-            "distributed.strategy=fsdp yet (the rollout replica would also be the whole-weight "
-            "copy evaluation and saving gather into); use distributed.strategy=ddp"
         )
     if world.distributed and cfg.distributed.strategy == "fsdp" and cfg.model.lora_rank:
         raise ConfigError(
@@ -190,6 +199,10 @@ def build_policy(cfg: Config, world: World, device: torch.device) -> Policy:
         # FSDP shards the policy and off-policy generation runs while the update changes it:
         # both need whole weights of their own, a replica synced per step
         rollout_model = copy.deepcopy(model).eval().requires_grad_(False)
+    # FSDP with background rollouts: evaluation and saving gather into a copy of their own
+    whole_model = None
+    if fsdp and cfg.rollout.staleness > 0:
+        whole_model = copy.deepcopy(model).eval().requires_grad_(False)
     fsdp_root = None
     if fsdp:
         from rlvr.distributed.fsdp import shard_policy
@@ -206,6 +219,7 @@ def build_policy(cfg: Config, world: World, device: torch.device) -> Policy:
         world=world,
         device=device,
         compute_dtype=precision.compute,
+        whole_model=whole_model,
     )
 
 

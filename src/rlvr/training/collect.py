@@ -23,10 +23,10 @@ from typing import Any
 import torch
 
 from rlvr.algorithms import zero_variance_groups
+from rlvr.algorithms.shaping import overlong_penalties
 from rlvr.config import Config
 from rlvr.data.task import Task, TaskHooks
 from rlvr.rewards.base import Failure
-from rlvr.algorithms.shaping import overlong_penalties
 from rlvr.rollout import RolloutBatch, Round, take_rows
 from rlvr.training.sources import RolloutSource
 

@@ -125,8 +125,9 @@ class GRPOTrainer:
         )
         self.data_report = self._filter_long_prompts()
         # off-policy: the engine's weights are a stale snapshot; evaluation sees the current ones
+        # (the model itself, or under FSDP the whole copy `gather_whole` fills)
         eval_engine = (
-            build_rollout_engine(cfg, self.model, self.tokenizer)
+            build_rollout_engine(cfg, self.policy.whole, self.tokenizer)
             if r.staleness
             else self.engine  # with FSDP the replica is synced before every evaluation
         )
