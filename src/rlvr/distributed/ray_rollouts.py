@@ -52,7 +52,14 @@ Without LoRA the full state_dict is synced.
 The driver keeps its local engine for held-out evaluation; scoring happens in the reward actors,
 each of which runs its own pool of `reward.workers` processes when that is set.
 
-Ray mode has one learner process: under torchrun (world size > 1) it is refused.
+Several learner ranks. Started by torchrun (`torchrun --nproc-per-node M -m rlvr train
+distributed.ray=true ...`), the M learner ranks attach to one Ray cluster: rank 0 is the Ray
+driver (it starts or joins the cluster, creates the actors, puts the weights, runs every round)
+and broadcasts each round, the sampler's RNG state and the restart count to the other ranks on
+the rollout source's process group (its own gloo group under rollout.max_staleness), so every
+rank trains on the same batch as with LocalRollouts; a round that fails on the driver fails on
+every rank with the same error. DDP or FSDP2 learners alike: the weights put are the rollout
+replica's, whole on every rank.
 """
 
 from __future__ import annotations
@@ -69,7 +76,7 @@ from typing import Any
 import torch
 
 from rlvr.config import Config, ModelConfig, RolloutConfig
-from rlvr.distributed.world import World, launched_world_size
+from rlvr.distributed.world import World
 from rlvr.errors import ConfigError, UserError
 from rlvr.rewards.base import Failure
 from rlvr.rewards.scoring import Scorer
@@ -275,18 +282,14 @@ class RewardWorker:
 
 
 def check_ray_world(world: World | None) -> Any:
-    """Ray mode has one learner process: refused under torchrun. Returns the `ray` module (a
-    missing extra fails here, before any model loads)."""
-    if (world is not None and world.distributed) or launched_world_size() > 1:
-        raise ConfigError(
-            "distributed.ray: Ray mode runs one learner process; start it with `rlvr train`, "
-            "not torchrun"
-        )
+    """The `ray` module (a missing extra fails here, before any model loads). Any number of
+    learner ranks: under torchrun rank 0 drives the actors."""
     return import_ray()
 
 
 class RayRollouts:
-    """A rollout source whose rounds run in Ray actors; this process is the learner.
+    """A rollout source whose rounds run in Ray actors; this process is a learner (under
+    torchrun, rank 0 of `world` drives the actors and broadcasts each round to the others).
 
     `generator` is the run's sampler RNG: its state goes to every rollout actor with each round
     and the driver adopts the state an actor returns, so later rounds draw as one process would.
@@ -297,11 +300,14 @@ class RayRollouts:
         cfg: Config,
         sampling: SamplingParams,
         generator: torch.Generator,
+        world: World | None = None,
         *,
         log: Callable[[str], None] = print,
     ) -> None:
         self.ray = import_ray()
         self.cfg, self.sampling, self.generator, self.log = cfg, sampling, generator, log
+        self.world = world if world is not None else World()
+        self.driver = self.world.is_main
         self.started_ray = False
         self.cpus_per_worker = cfg.distributed.cpus_per_worker
         self.rollout_actors: list[Any] = []
@@ -311,6 +317,8 @@ class RayRollouts:
         self._incarnations: dict[str, str] = {}
         self._weights: tuple[int, Any] | None = None
         self._version = 0
+        if not self.driver:
+            return  # the driver's rounds come broadcast
         try:
             self._start_ray()
             self._create_actors()
@@ -357,7 +365,7 @@ class RayRollouts:
     def close(self) -> None:
         """Stop the actors, and Ray itself when this source started it."""
         ray = getattr(self, "ray", None)
-        if ray is None or not ray.is_initialized():
+        if ray is None or not self.driver or not ray.is_initialized():
             return
         for actor in [*self.rollout_actors, *self.reward_actors]:
             ray.kill(actor, no_restart=True)
@@ -372,9 +380,10 @@ class RayRollouts:
     def sync(self, model: torch.nn.Module) -> None:
         """Called in the main thread right before the weights the next batch is drawn from are
         fixed (before an on-policy collect; before an off-policy collect is handed to the
-        background thread, i.e. before this step's update): put them now."""
+        background thread, i.e. before this step's update): put them now (the driver)."""
         self._version += 1
-        self._weights = (self._version, self.ray.put(sync_state(model)))
+        if self.driver:
+            self._weights = (self._version, self.ray.put(sync_state(model)))
 
     def dispatch_generate(
         self, prompts: list[list[int]], g: int, seed_state: torch.Tensor
@@ -435,7 +444,26 @@ class RayRollouts:
         self, samples: list[Mapping[str, Any]], g: int, encode: Callable[[Mapping], list[int]]
     ) -> Round:
         """Generation and scoring in the actors: the same rows, rewards and sampler state as
-        one process."""
+        one process; under torchrun the driver's round, on every rank."""
+        if not self.world.distributed:
+            return self._round(samples, g, encode)
+        made: Any = None
+        if self.driver:
+            try:
+                made = self._round(samples, g, encode)
+            except Exception as e:  # noqa: BLE001 - raised on every rank below
+                made = e
+            made = (made, self.generator.get_state(), self.worker_restarts)
+        made, state, self.worker_restarts = self.world.broadcast_object(made)
+        if isinstance(made, BaseException):
+            raise made
+        self.generator.set_state(state)
+        self.rounds += 0 if self.driver else 1
+        return made
+
+    def _round(
+        self, samples: list[Mapping[str, Any]], g: int, encode: Callable[[Mapping], list[int]]
+    ) -> Round:
         self.rounds += 1
         t0 = time.perf_counter()
         refs = self.dispatch_generate([encode(s) for s in samples], g, self.generator.get_state())

@@ -42,8 +42,8 @@ class RolloutSource(Protocol):
 
 
 def check_rollout_source(cfg: Config, world: World | None) -> None:
-    """What the chosen source needs, checked before any weights load (Ray: the `ray` module
-    and a single learner process)."""
+    """What the chosen source needs, checked before any weights load (Ray: the `ray`
+    module)."""
     if cfg.distributed.ray:
         from rlvr.distributed.ray_rollouts import check_ray_world
 
@@ -64,7 +64,7 @@ def build_rollout_source(
     if cfg.distributed.ray:
         from rlvr.distributed.ray_rollouts import RayRollouts
 
-        return RayRollouts(cfg, sampling, generator, log=log)
+        return RayRollouts(cfg, sampling, generator, world, log=log)
     reward = cfg.reward
     pool = (
         VerifierPool(reward.verifier, reward.workers, reward.timeout_s)
