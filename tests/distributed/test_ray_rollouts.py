@@ -239,13 +239,39 @@ def test_ray_mode_draws_and_scores_exactly_what_one_process_does(tmp_path):
         assert b["ray_worker_restarts"] == 0
 
 
+TOOLS = [
+    "model.name_or_path=embedded-tools",
+    "data.task=multiplication",
+    "reward.verifier=exact_answer",
+    "environment.name=python",
+    "environment.max_turns=2",
+    "rollout.max_new_tokens=48",
+]
+
+
+@pytest.mark.slow
+def test_ray_rollout_actors_run_the_tool_loop_as_one_process_does(tmp_path, cluster):
+    """environment.name=python in the Ray mode: each rollout actor runs the multi-turn loop and
+    its tool calls; completions, tool masks, rewards and losses are the single process's."""
+    single, distributed = tmp_path / "single", tmp_path / "ray"
+    _run(single, [*TINY, *TOOLS])
+    _run(distributed, [*TINY, *TOOLS, *RAY])
+    for step in (1, 2):
+        assert _samples(distributed, step) == _samples(single, step)
+    a_rows, b_rows = _metrics(single), _metrics(distributed)
+    assert sum(r.get("tool_calls", 0) for r in a_rows) > 0  # the tool was called
+    for a, b in zip(a_rows, b_rows, strict=True):
+        assert a["reward_mean"] == b["reward_mean"]
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+
+
 def _kill_in_round_2(trainer: GRPOTrainer) -> None:
     """Kills rollout worker 0 just after round 2's calls are sent (Ray restarts it)."""
     source: RayRollouts = trainer.source
     dispatch = source.dispatch_generate
 
-    def killing_dispatch(prompts, g, seed_state):
-        refs = dispatch(prompts, g, seed_state)
+    def killing_dispatch(prompts, g, seed_state, samples=None):
+        refs = dispatch(prompts, g, seed_state, samples)
         if source.rounds == 2:
             ray.kill(source.rollout_actors[0], no_restart=False)
         return refs

@@ -113,11 +113,6 @@ def validate(cfg: Config) -> None:
             f"algorithm.mis_cap: keeps the sequences whose ratio lies in [1/mis_cap, mis_cap], "
             f"so it must be > 1 (or 0: off), got {alg.mis_cap}"
         )
-    if cfg.environment.name and cfg.distributed.ray:
-        raise ConfigError(
-            "environment.name: multi-turn rollouts run in the learner's process; "
-            "set distributed.ray=false (Ray rollout actors are single-turn)"
-        )
     cfg.data.validate()
     validate_model(cfg.model)
 

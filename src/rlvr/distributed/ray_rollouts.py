@@ -75,7 +75,7 @@ from typing import Any
 
 import torch
 
-from rlvr.config import Config, ModelConfig, RolloutConfig
+from rlvr.config import Config, EnvironmentConfig, ModelConfig, RolloutConfig
 from rlvr.distributed.world import World
 from rlvr.errors import ConfigError, UserError
 from rlvr.rewards.base import Failure
@@ -180,12 +180,20 @@ def _incarnation() -> str:
 
 
 class RolloutWorker:
-    """A copy of the policy and a rollout engine (run as a Ray actor). Stateless with respect
-    to the run: the weights, their version and the sampler state come with every call."""
+    """A copy of the policy and a rollout engine (run as a Ray actor), in the multi-turn loop
+    of `env_cfg` when that names an environment (its tools run in the actor's process, in
+    their sandbox). Stateless with respect to the run: the weights, their version and the
+    sampler state come with every call."""
 
-    def __init__(self, model_cfg: ModelConfig, rollout_cfg: RolloutConfig) -> None:
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        rollout_cfg: RolloutConfig,
+        env_cfg: EnvironmentConfig | None = None,
+    ) -> None:
         from rlvr.models.loading import load_model, load_tokenizer, resolve_device, resolve_dtype
         from rlvr.rollout.engines import engine_options
+        from rlvr.rollout.multi_turn import with_environment
 
         device = resolve_device(model_cfg.device)
         dtype = resolve_dtype(model_cfg.dtype, device)
@@ -204,6 +212,8 @@ class RolloutWorker:
         self.engine = build_engine(
             rollout_cfg.engine, model, tokenizer, **engine_options(rollout_cfg)
         )
+        if env_cfg is not None:
+            self.engine = with_environment(self.engine, tokenizer, env_cfg)
         self.version: int | None = None
         self.incarnation = _incarnation()
 
@@ -216,10 +226,12 @@ class RolloutWorker:
         sampling: SamplingParams,
         seed_state: torch.Tensor,
         first_row: int,
+        samples: list[Mapping[str, Any]] | None = None,
     ) -> Generated:
         """`n` completions of each prompt under the weights `weights[0]` (a `sync_state` dict or
         an ObjectRef of one, fetched only when `version` differs from the loaded one), drawing
-        the call's seed from a generator in `seed_state` and keying row r as first_row + r."""
+        the call's seed from a generator in `seed_state` and keying row r as first_row + r;
+        `samples`: the prompts' task samples (an environment's episodes start from them)."""
         if version != self.version:
             import ray
 
@@ -231,7 +243,7 @@ class RolloutWorker:
             gen.set_state(seed_state)
             try:
                 batch = self.engine.generate(
-                    prompt_ids, n, sampling, generator=gen, first_row=first_row
+                    prompt_ids, n, sampling, generator=gen, first_row=first_row, samples=samples
                 )
                 return Generated(batch, gen.get_state(), self.incarnation)
             except torch.OutOfMemoryError:  # as the trainer does: fewer rows at once, same draws
@@ -354,8 +366,9 @@ class RayRollouts:
         }
         rollout_cls = self.ray.remote(num_gpus=d.gpus_per_rollout_worker, **common)(RolloutWorker)
         reward_cls = self.ray.remote(**common)(RewardWorker)
+        env = cfg.environment if cfg.environment.name else None
         self.rollout_actors = [
-            rollout_cls.remote(cfg.model, cfg.rollout) for _ in range(d.rollout_workers)
+            rollout_cls.remote(cfg.model, cfg.rollout, env) for _ in range(d.rollout_workers)
         ]
         self.reward_actors = [
             reward_cls.remote(cfg.reward.verifier, cfg.reward.workers, cfg.reward.timeout_s)
@@ -386,9 +399,14 @@ class RayRollouts:
             self._weights = (self._version, self.ray.put(sync_state(model)))
 
     def dispatch_generate(
-        self, prompts: list[list[int]], g: int, seed_state: torch.Tensor
+        self,
+        prompts: list[list[int]],
+        g: int,
+        seed_state: torch.Tensor,
+        samples: list[Mapping[str, Any]] | None = None,
     ) -> list[tuple[int, Any]]:
-        """Send each rollout actor its contiguous shard of the prompts: [(first prompt, ref)]."""
+        """Send each rollout actor its contiguous shard of the prompts (and of their samples):
+        [(first prompt, ref)]."""
         if self._weights is None:
             raise RuntimeError("RayRollouts.round before any sync: the actors have no weights")
         version, ref = self._weights
@@ -397,7 +415,14 @@ class RayRollouts:
             (
                 lo,
                 actor.generate.remote(
-                    [ref], version, prompts[lo:hi], g, self.sampling, seed_state, lo * g
+                    [ref],
+                    version,
+                    prompts[lo:hi],
+                    g,
+                    self.sampling,
+                    seed_state,
+                    lo * g,
+                    None if samples is None else list(samples[lo:hi]),
                 ),
             )
             for actor, (lo, hi) in zip(self.rollout_actors, shards)
@@ -466,7 +491,9 @@ class RayRollouts:
     ) -> Round:
         self.rounds += 1
         t0 = time.perf_counter()
-        refs = self.dispatch_generate([encode(s) for s in samples], g, self.generator.get_state())
+        refs = self.dispatch_generate(
+            [encode(s) for s in samples], g, self.generator.get_state(), samples
+        )
         generated = self.gather("rollout", refs)
         batch = concat_batches([(lo, r.batch) for (lo, _), r in zip(refs, generated)])
         check_rows(batch.prompt_index, len(samples), g)
@@ -483,13 +510,14 @@ class RayRollouts:
             raise RowAccountingError(
                 f"ray reward: {len(rewards)} rewards for the round's {len(batch)} rows"
             )
+        rewards = batch.rewards_with_env(rewards)  # an environment's own reward comes first
         components: dict[str, list[float]] = {}
         for part in scored:
             for name, values in part.components.items():
                 components.setdefault(name, []).extend(values)
         t_score = time.perf_counter() - t0
         failures = sum(p.failures for p in scored)
-        errors = [f for part in scored for f in part.errors]
+        errors = [f for part in scored for f in part.errors] + batch.environment_failures()
         return Round(batch, rewards, failures, t_generate, t_score, components, errors)
 
     def metrics(self) -> dict[str, float]:
