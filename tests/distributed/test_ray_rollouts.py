@@ -299,6 +299,23 @@ def test_a_killed_rollout_worker_is_restarted_and_no_sample_is_lost_or_counted_t
 
 
 @pytest.mark.slow
+def test_a_generator_actor_killed_in_a_free_running_run_loses_no_step(tmp_path, cluster):
+    """rollout.async_mode=free, max_staleness=2: the generator thread's round 2 loses its actor;
+    Ray restarts it and retries the call, and every step trains on a whole batch, at most K
+    updates stale."""
+    killed = tmp_path / "killed"
+    free = ["training.steps=4", "rollout.max_staleness=2", "rollout.async_mode=free"]
+    _run(killed, [*TINY, *RAY, *free], patch=_kill_in_round_2)
+    rows = [m for m in _metrics(killed) if "loss" in m]
+    assert [m["step"] for m in rows] == [1, 2, 3, 4]
+    for step in range(1, 5):
+        groups = sorted(r["group"] for r in _samples(killed, step))
+        assert groups == [j for j in range(4) for _ in range(4)]
+    assert all(m["rollout_staleness"] <= 2 for m in rows)
+    assert rows[-1]["ray_worker_restarts"] >= 1 and rows[-1]["rollout_dropped_batches"] == 0
+
+
+@pytest.mark.slow
 def test_ray_mode_trains_the_embedded_default_on_a_two_cpu_cluster(tmp_path, cluster):
     # The single-process default reaches 1.0 held-out greedy accuracy (0.14 before); keyed
     # sampling makes the Ray run draw the same completions, so it gets there too.
