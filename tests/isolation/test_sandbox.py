@@ -61,9 +61,9 @@ def host_processes_with(marker: str) -> list[str]:
     return found
 
 
-def sandbox_uid_processes() -> list[str]:
-    """Host processes running as a root-mode sandbox uid (>= 2**30)."""
-    found = []
+def sandbox_uids() -> set[int]:
+    """The root-mode sandbox uids (>= 2**30, a fresh one per launch) host processes run as."""
+    found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
@@ -71,8 +71,20 @@ def sandbox_uid_processes() -> list[str]:
             continue
         uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
         if uid >= 2**30:
-            found.append(pid)
+            found.add(uid)
     return found
+
+
+def assert_no_sandbox_left(wait_s: float = 10.0) -> None:
+    """No sandbox uid seen now still has a process `wait_s` later. Tests running at the same
+    time (pytest -n) start sandboxes of their own, each under a fresh uid that comes and goes;
+    a contained fork bomb's uid must go too, and one that escaped the kill stays."""
+    seen = sandbox_uids()
+    deadline = time.monotonic() + wait_s
+    while seen and time.monotonic() < deadline:
+        time.sleep(0.1)
+        seen &= sandbox_uids()
+    assert not seen, f"sandbox uids still running processes: {sorted(seen)}"
 
 
 WRONG = "0/1 tests passed; test 1: wrong answer"
@@ -258,8 +270,7 @@ def test_python_fork_bomb_is_contained_and_leaves_nothing(verifier):
     """
     score = check(verifier, code, "done")
     assert score.reward == 0.0
-    time.sleep(0.2)
-    assert sandbox_uid_processes() == []
+    assert_no_sandbox_left()
 
 
 def test_shell_fork_bomb_is_contained_and_leaves_nothing(verifier):
