@@ -211,6 +211,51 @@ def test_free_running_batches_are_never_more_than_k_updates_stale(tmp_path):
     assert rows[0]["rollout_staleness"] == 0  # the first batch: the initial weights, on-policy
 
 
+def test_partial_rollouts_switch_weights_mid_batch_and_no_token_is_more_than_k_stale(tmp_path):
+    """rollout.partial_rollouts: a slow generator (each decode forward takes 5 ms longer) is
+    mid-batch whenever the learner publishes, takes the new weights at a token boundary, and
+    tags each token with the version that sampled it. Every trained token is checked: at most
+    K updates behind the learner, never older than its batch's oldest (the batch's version),
+    versions non-decreasing along a completion; the metrics agree with the tokens."""
+    import time
+
+    k = 2
+    t = trainer(
+        tmp_path,
+        "partial",
+        "training.steps=6",
+        f"rollout.max_staleness={k}",
+        "rollout.async_mode=free",
+        "rollout.partial_rollouts=true",
+    )
+    decode = t.engine._decode
+    t.engine._decode = lambda *a: (time.sleep(0.005), decode(*a))[1]
+    seen: list[tuple[int, ScoredRollouts]] = []
+    update = t.update
+    t.update = lambda scored: (seen.append((t.step, scored)), update(scored))[1]
+    t.train()
+    rows = [
+        json.loads(x) for x in (tmp_path / "partial" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert len(seen) == 6 and sum(r["rollout_weight_switches"] for r in rows) >= 2
+    mixed = 0
+    for (step, scored), row in zip(seen, rows, strict=True):
+        versions = scored.batch.versions
+        assert versions is not None and len(versions) == len(scored.batch)
+        learner = step - 1  # the updates the learner has made before this step's
+        tokens = torch.cat(versions)
+        assert tokens.numel() == sum(scored.batch.completion_lengths)
+        assert int(tokens.min()) == scored.version  # the batch's staleness: its oldest token
+        assert (learner - tokens).max() <= k and (tokens <= learner).all()
+        for v in versions:
+            assert (v[1:] >= v[:-1]).all()  # a row moves to newer weights only
+        mixed += int(tokens.max() > tokens.min())
+        mean = float((learner - tokens.double()).mean())
+        assert row["rollout_staleness_token_mean"] == pytest.approx(mean)
+        assert row["rollout_staleness"] == learner - scored.version
+    assert mixed >= 1  # some batch was sampled by two versions
+
+
 @pytest.mark.slow
 def test_a_slow_learner_finds_k_batches_waiting_and_a_slow_generator_fresh_ones(tmp_path):
     import time
@@ -228,7 +273,7 @@ def test_a_slow_learner_finds_k_batches_waiting_and_a_slow_generator_fresh_ones(
             t.update = lambda scored: (time.sleep(0.25), update(scored))[1]
         else:
             collect = t.collector.collect
-            t.collector.collect = lambda step: (time.sleep(0.25), collect(step))[1]
+            t.collector.collect = lambda step, feed=None: (time.sleep(0.25), collect(step, feed))[1]
         t.train()
         path = tmp_path / name / "metrics.jsonl"
         return [json.loads(x) for x in path.read_text().splitlines()]

@@ -214,6 +214,21 @@ def config_warnings(cfg: Config) -> list[str]:
             )
     if cfg.rollout.staleness == 0:
         unused("rollout.async_mode", "rollout.max_staleness=0 trains on-policy")
+    if cfg.rollout.staleness == 0 or cfg.rollout.async_mode != "free":
+        unused(
+            "rollout.partial_rollouts",
+            "only the free-running schedule (rollout.max_staleness > 0, rollout.async_mode=free) "
+            "publishes weights in the middle of a batch",
+        )
+    elif cfg.rollout.engine != "fast" or cfg.distributed.ray:
+        where = (
+            "Ray rollout actors" if cfg.distributed.ray else f"rollout.engine={cfg.rollout.engine}"
+        )
+        unused(
+            "rollout.partial_rollouts",
+            f"{where} finish a batch on the weights it started with (the fast engine in this "
+            "process switches mid-batch)",
+        )
     if exact_sampler:
         unused(
             "rollout.max_logprob_drift",

@@ -75,6 +75,12 @@ class RolloutConfig:
         "(a generator thread on the newest weights, at most K batches ahead)",
         choices=["deterministic", "free"],
     )
+    partial_rollouts: bool = option(
+        False,
+        "with async_mode=free: the generator takes the weights the learner publishes in the "
+        "middle of a batch, at a token boundary, and continues the unfinished rows with them "
+        "(fast engine; the K/V cache is kept; docs/concepts/async-rl.md)",
+    )
     max_logprob_drift: float = option(
         0.1,
         "when the sampler is not the learner's own code (rollout.engine=vllm): a mean "

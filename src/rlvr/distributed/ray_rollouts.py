@@ -81,6 +81,7 @@ from rlvr.errors import ConfigError, UserError
 from rlvr.rewards.base import Failure
 from rlvr.rewards.scoring import Scorer
 from rlvr.rollout import RolloutBatch, Round, SamplingParams, build_engine, concat_batches
+from rlvr.rollout.types import WeightFeed
 
 
 class WorkerLost(UserError):
@@ -466,10 +467,15 @@ class RayRollouts:
         return out
 
     def round(
-        self, samples: list[Mapping[str, Any]], g: int, encode: Callable[[Mapping], list[int]]
+        self,
+        samples: list[Mapping[str, Any]],
+        g: int,
+        encode: Callable[[Mapping], list[int]],
+        feed: WeightFeed | None = None,
     ) -> Round:
         """Generation and scoring in the actors: the same rows, rewards and sampler state as
-        one process; under torchrun the driver's round, on every rank."""
+        one process; under torchrun the driver's round, on every rank. `feed` is not read: an
+        actor's call finishes on the weights it started with."""
         if not self.world.distributed:
             return self._round(samples, g, encode)
         made: Any = None

@@ -36,7 +36,7 @@ from rlvr.rollout.sampling import (
     sample_next,
     sampling_seed,
 )
-from rlvr.rollout.types import RolloutBatch, SamplingParams
+from rlvr.rollout.types import RolloutBatch, SamplingParams, WeightFeed
 
 _LENGTH, _EOS, _STOP = (FINISH_REASONS.index(r) for r in ("length", "eos", "stop"))
 _STOP_TAIL_MARGIN = 8  # as in HFEngine: tokens decoded beyond the longest stop string
@@ -53,6 +53,7 @@ class _Prefill:
     values: list[torch.Tensor]
     logits: torch.Tensor  # [B, V] float32: the distribution of each first completion token
     lengths: torch.Tensor  # [B] prompt lengths
+    version: int = 0  # partial rollouts: the weights' version that computed it
 
 
 @dataclass
@@ -180,12 +181,18 @@ class FastEngine:
         generator: torch.Generator | None = None,
         first_row: int = 0,
         samples: Sequence[Mapping[str, Any]] | None = None,
+        feed: WeightFeed | None = None,
     ) -> RolloutBatch:
         """Sample `n` completions per prompt; rows of one prompt are contiguous.
 
         prompts: token ids of each prompt (lists or 1-D tensors, any lengths >= 1).
         generator, first_row: as in HFEngine.generate (keyed sampling: the same seed gives the
             same completions as HFEngine, whatever the slot schedule or max_batch_size).
+        feed: partial rollouts. Before each decode forward the engine polls it; when it loaded
+            newer weights into the model, the decode continues every unfinished row with them
+            (the kept fused/packed copies are rebuilt, the K/V cache of the tokens so far is
+            kept: docs/concepts/async-rl.md), and `versions` records which version sampled each
+            token. A row's draws stay keyed, so only the weights change what it samples.
         Returned tensors are on the CPU; the model runs in eval mode under no_grad and its
         training flag is restored afterwards.
         """
@@ -202,7 +209,7 @@ class FastEngine:
             or decode is None
             or (self._window is not None and max_len > self._window)
         ):
-            return self._hf.generate(prompt_ids, n, sampling, generator, first_row)
+            return self._hf.generate(prompt_ids, n, sampling, generator, first_row, feed=feed)
 
         was_training = self.model.training
         self.model.eval()
@@ -211,7 +218,7 @@ class FastEngine:
                 decoder.prepare()
                 rows = torch.arange(len(prompt_ids) * n) + first_row
                 keys = row_keys(sampling_seed(generator), rows)
-                run = _Rollout(self, decoder, decode, prompt_ids, n, sampling, keys)
+                run = _Rollout(self, decoder, decode, prompt_ids, n, sampling, keys, feed)
                 completions, logprobs, reasons = run.decode()
         finally:
             decoder.release()
@@ -224,6 +231,7 @@ class FastEngine:
             logprobs=logprobs,
             finish_reason=reasons,
             prompt_index=[i for i in range(len(prompt_ids)) for _ in range(n)],
+            versions=run.versions if feed is not None else None,
         )
 
     def _slot_cache(self, decoder: LlamaFamilyDecoder, slots: int, max_len: int) -> SlotKVCache:
@@ -265,8 +273,11 @@ class _Rollout:
         n: int,
         sampling: SamplingParams,
         keys: torch.Tensor,
+        feed: WeightFeed | None = None,
     ) -> None:
         self.engine, self.prompts, self.n = engine, prompts, n
+        self.feed = feed
+        self.switches = 0  # weight loads in the middle of this call
         # the engine's decoder and its decode step (compiled or not)
         self.decoder, self.decode_step = decoder, decode
         self.sampling = sampling
@@ -283,6 +294,13 @@ class _Rollout:
         self.eos_ids = torch.tensor(engine.eos_token_ids, dtype=torch.long, device=device)
         self.tokens = torch.full((slots, max_new), engine.pad_token_id, device=device)
         self.token_logprobs = torch.zeros((slots, max_new), dtype=torch.float32, device=device)
+        # partial rollouts, on the host: the version of the weights that computed each slot's
+        # next-token logits (a prefill's, then every decode forward's), and so of each token
+        self.logits_version = torch.zeros(slots, dtype=torch.long) if feed is not None else None
+        self.token_versions = (
+            torch.zeros((slots, max_new), dtype=torch.long) if feed is not None else None
+        )
+        self.versions: list[torch.Tensor] = []
         self.generated = torch.zeros(slots, dtype=torch.long, device=device)  # tokens so far
         self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # next feed pos
         self.active = torch.zeros(slots, dtype=torch.bool, device=device)
@@ -307,6 +325,7 @@ class _Rollout:
         self.next_row = 0
         self.prefixes: dict[int, _Prefix] = {}
         self.results: list[tuple[torch.Tensor, torch.Tensor, str] | None] = [None] * self.num_rows
+        self.row_versions: list[torch.Tensor | None] = [None] * self.num_rows
 
     # -- schedule ---------------------------------------------------------------------------
 
@@ -329,7 +348,8 @@ class _Rollout:
             ids[row, : prompt.numel()] = prompt
         lengths = lengths.to(self.device)
         keys, values, logits = self.decoder.prefill(ids.to(self.device), lengths)
-        prefill = _Prefill(keys=keys, values=values, logits=logits, lengths=lengths)
+        version = self.feed.version if self.feed is not None else 0
+        prefill = _Prefill(keys, values, logits, lengths, version)
         for row, prompt in enumerate(batch):
             self.prefixes[first + row] = _Prefix(
                 prefill=prefill, row=row, length=prompt.numel(), rows_left=self.n
@@ -385,6 +405,8 @@ class _Rollout:
             self.cache.load_prefixes(index, prefill.keys, prefill.values, source)
             self.logits[index] = prefill.logits[source]
             self.positions[index] = prefill.lengths[source]
+            if self.logits_version is not None:
+                self.logits_version[slots] = prefill.version
             filled += slots
         index = torch.tensor(filled, device=self.device)
         self.generated[index] = 0
@@ -407,6 +429,7 @@ class _Rollout:
         codes = reasons[index].tolist()
         tokens = self.tokens[index].cpu()
         logprobs = self.token_logprobs[index].cpu()
+        versions = self.token_versions
         for i, slot in enumerate(finished):
             length = lengths[i]
             self.results[self.slot_row[slot]] = (
@@ -414,6 +437,8 @@ class _Rollout:
                 logprobs[i, :length].clone(),
                 FINISH_REASONS[codes[i]],
             )
+            if versions is not None:
+                self.row_versions[self.slot_row[slot]] = versions[slot, :length].clone()
             self.slot_row[slot] = -1
         self.busy -= len(finished)
         self.active[index] = False
@@ -440,6 +465,9 @@ class _Rollout:
         ):
             if state is not None:
                 state[: len(busy)] = state[index]
+        if self.token_versions is not None and self.logits_version is not None:
+            self.token_versions[: len(busy)] = self.token_versions[busy]
+            self.logits_version[: len(busy)] = self.logits_version[busy]
         self.logits[: len(busy)] = self.logits[index]
         self.active[: len(busy)] = True
         self.active[len(busy) :] = False
@@ -468,6 +496,10 @@ class _Rollout:
             tokens, logprobs = sample_next(logits, sampling, uniforms=uniforms)
             self.tokens[:width].scatter_(1, column, tokens.unsqueeze(-1))
             self.token_logprobs[:width].scatter_(1, column, logprobs.unsqueeze(-1))
+            if self.token_versions is not None and self.logits_version is not None:
+                self.token_versions[:width].scatter_(
+                    1, column.cpu(), self.logits_version[:width].unsqueeze(-1)
+                )
             generated += active
 
             eos = torch.isin(tokens, self.eos_ids)
@@ -478,6 +510,9 @@ class _Rollout:
                 finished |= stopped & active
             finished_slots = finished.nonzero().flatten().tolist() if finished.any() else []
             if len(finished_slots) < self.busy:  # some row goes on: feed the sampled tokens
+                if self.feed is not None and self.feed.poll():  # newer weights: continue on them
+                    self.decoder.prepare()
+                    self.switches += 1
                 length = self.cache.max_len if engine.compile else self.cache_len
                 logits = self.decode_step(tokens, self.positions[:width], self.cache, length)
                 if width == self.slots:  # adopt the new tensor: no [W, V] copy per step
@@ -485,6 +520,8 @@ class _Rollout:
                 else:
                     self.logits[:width] = logits
                 self.positions[:width] += 1
+                if self.logits_version is not None and self.feed is not None:
+                    self.logits_version[:width] = self.feed.version
                 self.forwards += 1
                 self.cache_len += 1
             if finished_slots:
@@ -499,6 +536,8 @@ class _Rollout:
                 if narrow and self.next_row >= self.num_rows and not engine.compile:
                     width = self._compact(width)
         completions, logprobs, reasons = zip(*self.results, strict=True)
+        if self.token_versions is not None:
+            self.versions = [v for v in self.row_versions if v is not None]
         return list(completions), list(logprobs), list(reasons)
 
     def _stop_string_hits(self, width: int) -> torch.Tensor:

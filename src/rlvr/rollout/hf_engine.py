@@ -16,7 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from rlvr.rollout.sampling import check_sampling_params, row_keys, sample_next, sampling_seed
-from rlvr.rollout.types import RolloutBatch, SamplingParams
+from rlvr.rollout.types import RolloutBatch, SamplingParams, WeightFeed
 
 FINISH_REASONS = ("length", "eos", "stop")  # index = code stored in the decode loop
 _LENGTH, _EOS, _STOP = 0, 1, 2
@@ -111,6 +111,7 @@ class HFEngine:
         generator: torch.Generator | None = None,
         first_row: int = 0,
         samples: Sequence[Mapping[str, Any]] | None = None,
+        feed: WeightFeed | None = None,
     ) -> RolloutBatch:
         """Sample `n` completions per prompt; rows of one prompt are contiguous.
 
@@ -122,6 +123,8 @@ class HFEngine:
             seed and first_row + r.
         samples: the samples the prompts come from; a single-turn engine does not read them
             (the engine interface carries them for multi-turn rollouts' environments).
+        feed: not read: this engine finishes a call on the weights it started with (partial
+            rollouts are the fast engine's).
         Returned tensors are on the CPU. The model runs in eval mode under torch.no_grad and
         its training flag is restored afterwards.
         """

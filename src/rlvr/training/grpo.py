@@ -150,7 +150,9 @@ class GRPOTrainer:
             cfg, self.engine, self.verifier, self.sampling, self.sample_gen, source_world, self.log
         )
         self.collector = Collector(cfg, self.task, self.source, self.prompt_rng, self.encode)
-        self.rollouts = build_schedule(r.staleness, self.collector, self.policy, r.async_mode)
+        self.rollouts = build_schedule(
+            r.staleness, self.collector, self.policy, r.async_mode, r.partial_rollouts
+        )
         self.step = 0
 
     # -- the loop ------------------------------------------------------------------------------

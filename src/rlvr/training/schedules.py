@@ -175,12 +175,19 @@ class FreeRunning:
     found older than K anyway is dropped and counted (`rollout_dropped_batches`), and another
     one made. Not deterministic: which weights a batch is drawn from depends on timing; a
     checkpoint holds the ready batches, so a resumed run loses none (docs/concepts/async-rl.md).
+
+    `partial` (rollout.partial_rollouts): the schedule is also the engine's `WeightFeed`, so the
+    generator takes weights published while a batch is being made at the next token boundary
+    and continues its unfinished rows with them; a batch's staleness is its oldest token's
+    (the version it started on), each token's version is in `RolloutBatch.versions`.
     """
 
-    def __init__(self, collector: Collector, policy: Policy, k: int) -> None:
+    def __init__(self, collector: Collector, policy: Policy, k: int, partial: bool = False) -> None:
         if k < 1:
             raise ValueError(f"FreeRunning needs k >= 1, got {k}")
         self.collector, self.policy, self.k = collector, policy, k
+        self.partial = partial
+        self.switches = 0  # weight loads in the middle of the batch being made
         self.cond = threading.Condition()
         self.ready: deque[ScoredRollouts] = deque()
         self.making = False  # a batch is being generated
@@ -243,11 +250,11 @@ class FreeRunning:
                     self.made += 1
                     step = self.made
                 if version != self.loaded and weights is not None:
-                    self.policy.load_rollout_weights(weights)
-                    self.collector.source.sync(self.policy.rollout_model)
-                    self.loaded = version
-                scored = self.collector.collect(step)
-                scored.version = self.loaded
+                    self._load(version, weights)
+                started, self.switches = self.loaded, 0
+                scored = self.collector.collect(step, self if self.partial else None)
+                scored.version = started  # its oldest tokens'
+                scored.weight_switches = self.switches
                 with self.cond:
                     self.ready.append(scored)
                     self.making = False
@@ -257,13 +264,39 @@ class FreeRunning:
                 self.error, self.making = e, False
                 self.cond.notify_all()
 
+    def _load(self, version: int, weights: dict[str, torch.Tensor]) -> None:
+        """The rollout replica (and the source) take the weights of `version`; generator
+        thread only."""
+        self.policy.load_rollout_weights(weights)
+        self.collector.source.sync(self.policy.rollout_model)
+        self.loaded = version
+
+    # -- WeightFeed (partial rollouts): called by the engine in the generator thread ----------
+
+    @property
+    def version(self) -> int:
+        return self.loaded
+
+    def poll(self) -> bool:
+        with self.cond:
+            version, weights = self.published
+        if version == self.loaded or weights is None:
+            return False
+        self._load(version, weights)
+        self.switches += 1
+        return True
+
     def metrics(self, scored: ScoredRollouts) -> dict[str, float]:
-        return {
+        out = {
             "rollout_staleness": scored.staleness,
             "rollout_buffer_depth": self.depth,
             "rollout_dropped_batches": self.dropped,
             "time_rollout_wait_s": self.waited_s,
         }
+        if self.partial:
+            out["rollout_weight_switches"] = scored.weight_switches
+            out["rollout_staleness_token_mean"] = token_staleness(scored)
+        return out
 
     def pending(self) -> list[ScoredRollouts]:
         """The ready batches, once the one being made is done; nothing new starts until the
@@ -287,11 +320,30 @@ class FreeRunning:
             self.thread.join()
 
 
+def token_staleness(scored: ScoredRollouts) -> float:
+    """The mean staleness of the batch's sampled tokens, in updates: the learner's version
+    (scored.version + scored.staleness) minus the version that sampled each token."""
+    batch, learner = scored.batch, scored.version + scored.staleness
+    if batch.versions is None:
+        return float(scored.staleness)
+    masks = batch.loss_masks or [torch.ones(v.numel()) for v in batch.versions]
+    total = sum(float(((learner - v) * m).sum()) for v, m in zip(batch.versions, masks))
+    tokens = sum(float(m.sum()) for m in masks)
+    return total / tokens if tokens else float(scored.staleness)
+
+
 def build_schedule(
-    staleness: int, collector: Collector, policy: Policy, mode: str = "deterministic"
+    staleness: int,
+    collector: Collector,
+    policy: Policy,
+    mode: str = "deterministic",
+    partial: bool = False,
 ) -> Schedule:
     """`rollout.max_staleness` (or off_policy_steps) K: on-policy for 0, else K-step
-    (`rollout.async_mode`: deterministic or free)."""
+    (`rollout.async_mode`: deterministic or free; `partial`: rollout.partial_rollouts, free
+    only)."""
     if not staleness:
         return OnPolicy(collector, policy)
-    return (FreeRunning if mode == "free" else StaleRollouts)(collector, policy, staleness)
+    if mode == "free":
+        return FreeRunning(collector, policy, staleness, partial)
+    return StaleRollouts(collector, policy, staleness)

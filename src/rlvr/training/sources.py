@@ -26,12 +26,16 @@ from rlvr.distributed.world import World
 from rlvr.rewards.pool import VerifierPool
 from rlvr.rewards.scoring import Scorer
 from rlvr.rollout import RolloutBatch, Round, SamplingParams, concat_batches
-from rlvr.rollout.types import Engine
+from rlvr.rollout.types import Engine, WeightFeed
 
 
 class RolloutSource(Protocol):
     def round(
-        self, samples: list[Mapping[str, Any]], g: int, encode: Callable[[Mapping], list[int]]
+        self,
+        samples: list[Mapping[str, Any]],
+        g: int,
+        encode: Callable[[Mapping], list[int]],
+        feed: WeightFeed | None = None,
     ) -> Round: ...
 
     def sync(self, model: torch.nn.Module) -> None: ...
@@ -95,12 +99,18 @@ class LocalRollouts:
         self.generator, self.world, self.log = generator, world, log
 
     def round(
-        self, samples: list[Mapping[str, Any]], g: int, encode: Callable[[Mapping], list[int]]
+        self,
+        samples: list[Mapping[str, Any]],
+        g: int,
+        encode: Callable[[Mapping], list[int]],
+        feed: WeightFeed | None = None,
     ) -> Round:
         lo, hi = self.world.shard(len(samples))
         t0 = time.perf_counter()
         mine = samples[lo:hi]
-        batch = self.generate([encode(s) for s in mine], g, first_row=lo * g, samples=mine)
+        batch = self.generate(
+            [encode(s) for s in mine], g, first_row=lo * g, samples=mine, feed=feed
+        )
         t_generate = time.perf_counter() - t0
         t0 = time.perf_counter()
         rewards, failures = self.scorer(
@@ -132,6 +142,7 @@ class LocalRollouts:
         g: int,
         first_row: int = 0,
         samples: list[Mapping[str, Any]] | None = None,
+        feed: WeightFeed | None = None,
     ) -> RolloutBatch:
         while True:
             state = self.generator.get_state()
@@ -143,6 +154,7 @@ class LocalRollouts:
                     generator=self.generator,
                     first_row=first_row,
                     samples=samples,
+                    **({"feed": feed} if feed is not None else {}),  # user engines may lack it
                 )
                 # The update needs the memory; its new weights would make the kept copies stale.
                 self.engine.release_cache()
