@@ -1,7 +1,7 @@
 """Synchronous and K-step off-policy training side by side: wall time, learning, idle time.
 
     python benchmarks/async_rl.py [--staleness 0 1 2 4] [--steps N] [--repeats 1]
-                                  [--set key=value ...] [--json out.json]
+                                  [--set key=value ...] [--json out.json] [--keep DIR]
 
 Runs `rlvr train` once per K in --staleness (0 = on-policy, K > 0 = rollout.max_staleness=K),
 each in a fresh process on the same cores, in the order given (--repeats > 1: interleaved
@@ -10,7 +10,9 @@ rounds, medians reported), on the embedded default unless --set overrides it. Fo
   wall_s                   the run's wall time (summary.json), evaluations included
   train_s                  the sum of step_time_s: the steps alone
   learner_idle_fraction    Σ time_rollout_wait_s / train_s: the learner waiting for its batch
-  generator_idle_fraction  1 − Σ (time_generate_s + time_score_s) / train_s
+  generator_idle_fraction  Σ time_generator_idle_s / train_s (free-running: the generator
+                           waiting to be admitted), else 1 − Σ (time_generate_s +
+                           time_score_s) / train_s
   tokens_per_s_trained     completion tokens trained per second of train_s
   staleness_mean/max       rollout_staleness over the steps
   eval_before / eval_after the held-out accuracy, pass@1 at T=1 and reasoning fraction
@@ -30,6 +32,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+
+def generator_idle(rows: list[dict], busy: float, train_s: float) -> float:
+    """The generator's idle share of the steps: measured (time_generator_idle_s, the
+    free-running generator waiting for admission) where the run has it, else the time it did
+    not spend generating or scoring the batches trained on."""
+    if rows and all("time_generator_idle_s" in r for r in rows):
+        return sum(r["time_generator_idle_s"] for r in rows) / train_s
+    return max(0.0, 1.0 - busy / train_s)
 
 
 def run_once(staleness: int, steps: int | None, overrides: list[str], out: Path) -> dict:
@@ -57,7 +68,7 @@ def run_once(staleness: int, steps: int | None, overrides: list[str], out: Path)
         "wall_s": summary["wall_seconds"],
         "train_s": train_s,
         "learner_idle_fraction": sum(r["time_rollout_wait_s"] for r in rows) / train_s,
-        "generator_idle_fraction": max(0.0, 1.0 - busy / train_s),
+        "generator_idle_fraction": generator_idle(rows, busy, train_s),
         "tokens_per_s_trained": trained / train_s,
         "staleness_mean": statistics.mean(staleness_seen),
         "staleness_max": max(staleness_seen),
@@ -83,12 +94,19 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--set", action="append", default=[], help="a config override")
     parser.add_argument("--json", type=Path, help="also write the result here")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep the run directories here (kK-R: K, repeat R), e.g. for "
+        "benchmarks/cluster_model.py --sync-run DIR/k0-0 --async-run DIR/k4-0",
+    )
     args = parser.parse_args()
     results: dict[int, list[dict]] = {k: [] for k in args.staleness}
     with tempfile.TemporaryDirectory() as tmp:
+        root = args.keep if args.keep is not None else Path(tmp)
         for round_ in range(args.repeats):
             for k in args.staleness:
-                out = Path(tmp) / f"k{k}-{round_}"
+                out = root / f"k{k}-{round_}"
                 results[k].append(run_once(k, args.steps, args.set, out))
                 r = results[k][-1]
                 print(

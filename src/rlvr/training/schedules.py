@@ -201,6 +201,7 @@ class FreeRunning:
         self.dropped = 0
         self.depth = 0
         self.waited_s = 0.0
+        self.idle_s = 0.0  # the generator waiting to be admitted, since the last step's metrics
         self.thread: threading.Thread | None = None
 
     def next(self, step: int, last_step: int) -> ScoredRollouts:
@@ -239,10 +240,12 @@ class FreeRunning:
         try:
             while True:
                 with self.cond:
+                    t0 = time.perf_counter()
                     while not self.stopped and (
                         self.paused or len(self.ready) >= self.k or self.made >= self.wanted
                     ):
                         self.cond.wait()
+                    self.idle_s += time.perf_counter() - t0
                     if self.stopped:
                         return
                     version, weights = self.published
@@ -287,11 +290,14 @@ class FreeRunning:
         return True
 
     def metrics(self, scored: ScoredRollouts) -> dict[str, float]:
+        with self.cond:
+            idle, self.idle_s = self.idle_s, 0.0
         out = {
             "rollout_staleness": scored.staleness,
             "rollout_buffer_depth": self.depth,
             "rollout_dropped_batches": self.dropped,
             "time_rollout_wait_s": self.waited_s,
+            "time_generator_idle_s": idle,
         }
         if self.partial:
             out["rollout_weight_switches"] = scored.weight_switches
