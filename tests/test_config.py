@@ -424,6 +424,16 @@ def test_the_default_config_gives_no_warning():
             "data.eval_fraction=0.2 has no effect: data.eval_path is the held-out set",
         ),  # fmt: skip
         (["distributed.rollout_workers=4"], "distributed.ray is false"),
+        (["rollout.partial_rollouts=true"], "only the free-running schedule"),
+        (
+            [
+                "rollout.partial_rollouts=true",
+                "rollout.max_staleness=2",
+                "rollout.async_mode=free",
+                "rollout.engine=hf",
+            ],
+            "rollout.engine=hf finish a batch on the weights it started with",
+        ),
     ],
 )
 def test_an_option_without_effect_is_named_once_with_its_value_and_reason(overrides, expected):

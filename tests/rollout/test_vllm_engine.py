@@ -210,3 +210,58 @@ def test_multi_turn_rollouts_run_around_the_vllm_engine(vllm_setup, prompts):
         n, mask = batch.completion_ids[i].numel(), batch.loss_masks[i].bool()
         torch.testing.assert_close(batch.logprobs[i][mask], lp[i, :n][mask], atol=1e-4, rtol=1e-4)
         assert tokenizer.decode(batch.completion_ids[i][~mask]) == "=7\n" * int((~mask).sum() // 3)
+
+
+class SwitchAt:
+    """A WeightFeed whose `at`-th poll makes the engine load `model`: version 0, then 1."""
+
+    def __init__(self, engine, at: int, model=None) -> None:
+        self.engine, self.at, self.model, self.polls, self.version = engine, at, model, 0, 0
+
+    def poll(self) -> bool:
+        self.polls += 1
+        if self.polls != self.at or self.model is None:
+            return False
+        self.engine.sync(self.model)
+        self.version = 1
+        return True
+
+
+def test_a_feed_without_new_weights_gives_the_plain_calls_rows(vllm_setup, prompts):
+    engine, _, _ = vllm_setup
+    plain = engine.generate(prompts, 3, SAMPLED, generator=torch.Generator().manual_seed(4))
+    feed = SwitchAt(engine, at=-1)
+    fed = engine.generate(
+        prompts, 3, SAMPLED, generator=torch.Generator().manual_seed(4), feed=feed
+    )
+    assert plain.versions is None and feed.polls > 1  # stepped, polled between steps
+    assert fed.completion_text == plain.completion_text
+    assert fed.finish_reason == plain.finish_reason
+    for a, b, v in zip(fed.logprobs, plain.logprobs, fed.versions, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+        assert v.numel() == a.numel() and (v == 0).all()
+
+
+def test_partial_rollouts_continue_on_weights_loaded_mid_call(vllm_setup, prompts):
+    """The switch scales the final norm, which no key or value depends on, so keeping the K/V
+    blocks is exact here: a token tagged 0 has the old model's log-prob, one tagged 1 the new
+    model's."""
+    import copy
+
+    engine, model, _ = vllm_setup
+    changed = copy.deepcopy(model)
+    with torch.no_grad():
+        changed.model.norm.weight.mul_(1.7)
+    feed = SwitchAt(engine, at=4, model=changed)
+    try:
+        batch = engine.generate(
+            prompts, 3, SAMPLED, generator=torch.Generator().manual_seed(5), feed=feed
+        )
+    finally:
+        engine.sync(model)
+    tags = torch.cat(batch.versions)
+    assert (tags == 0).any() and (tags == 1).any()
+    old, new = learner_logprobs(model, batch), learner_logprobs(changed, batch)
+    for sampler, versions, a, b in zip(batch.logprobs, batch.versions, old, new, strict=True):
+        assert versions.numel() == sampler.numel() and (versions[1:] >= versions[:-1]).all()
+        torch.testing.assert_close(sampler, torch.where(versions == 0, a, b), atol=1e-4, rtol=1e-4)

@@ -220,14 +220,14 @@ def config_warnings(cfg: Config) -> list[str]:
             "only the free-running schedule (rollout.max_staleness > 0, rollout.async_mode=free) "
             "publishes weights in the middle of a batch",
         )
-    elif cfg.rollout.engine != "fast" or cfg.distributed.ray:
+    elif cfg.rollout.engine == "hf" or cfg.distributed.ray:
         where = (
             "Ray rollout actors" if cfg.distributed.ray else f"rollout.engine={cfg.rollout.engine}"
         )
         unused(
             "rollout.partial_rollouts",
-            f"{where} finish a batch on the weights it started with (the fast engine in this "
-            "process switches mid-batch)",
+            f"{where} finish a batch on the weights it started with (the fast and vllm "
+            "engines in this process switch mid-batch)",
         )
     if exact_sampler:
         unused(

@@ -79,7 +79,7 @@ class RolloutConfig:
         False,
         "with async_mode=free: the generator takes the weights the learner publishes in the "
         "middle of a batch, at a token boundary, and continues the unfinished rows with them "
-        "(fast engine; the K/V cache is kept; docs/concepts/async-rl.md)",
+        "(fast and vllm engines; the K/V cache is kept; docs/concepts/async-rl.md)",
     )
     max_logprob_drift: float = option(
         0.1,

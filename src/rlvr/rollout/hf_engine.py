@@ -124,7 +124,7 @@ class HFEngine:
         samples: the samples the prompts come from; a single-turn engine does not read them
             (the engine interface carries them for multi-turn rollouts' environments).
         feed: not read: this engine finishes a call on the weights it started with (partial
-            rollouts are the fast engine's).
+            rollouts are the fast and vllm engines').
         Returned tensors are on the CPU. The model runs in eval mode under torch.no_grad and
         its training flag is restored afterwards.
         """

@@ -169,8 +169,8 @@ class Engine(Protocol):
         draw from `generator` seeds the call (keyed sampling); `first_row` is the global index
         of the call's first row, so a row's draws do not depend on how a batch is split across
         calls; `samples[i]` is the sample prompt i came from (environments reset with it);
-        `feed`: newer weights to take mid-call (`fast` switches at a token boundary and fills
-        `RolloutBatch.versions`; `hf` and `vllm` finish the call on the weights it started
+        `feed`: newer weights to take mid-call (`fast` and `vllm` switch at a token boundary
+        and fill `RolloutBatch.versions`; `hf` finishes the call on the weights it started
         with).
     sync: take `model`'s current weights (a no-op for engines that read the model's modules).
     load_weights: take the weights of a state dict (a Ray worker's engine, over its own copy).

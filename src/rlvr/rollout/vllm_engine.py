@@ -46,6 +46,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -169,6 +170,7 @@ class VLLMEngine:
         self.cuda = device.type == "cuda"
         self.sleep_between_calls = sleep and self.cuda
         self._asleep = False
+        self._requests = 0  # request ids handed out by partial-rollout calls
         self.snapshot = tempfile.mkdtemp(prefix="rlvr-vllm-")
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.snapshot, True)
         write_pretrained(model, tokenizer, Path(self.snapshot))
@@ -247,8 +249,13 @@ class VLLMEngine:
     ) -> RolloutBatch:
         """Sample `n` completions per prompt; rows of one prompt are contiguous (see
         HFEngine.generate for the arguments). A prompt's draws depend only on the call's seed
-        and its first row's global index first_row + i * n. `feed` is not read: the call
-        finishes on the weights it started with (partial rollouts are the fast engine's)."""
+        and its first row's global index first_row + i * n.
+
+        feed (partial rollouts): the call runs vLLM's engine step by step and polls the feed
+        between steps; when it loaded newer weights (through `sync`, a full reload) the running
+        requests continue on them with their K/V blocks kept, and `versions` records which
+        version's step sampled each token. The prefix cache is reset again once the call is
+        done (vLLM cannot reset it while requests hold blocks)."""
         check_sampling_params(sampling)
         if n < 1:
             raise ValueError(f"VLLMEngine.generate: n must be >= 1, got {n}")
@@ -259,8 +266,12 @@ class VLLMEngine:
         requests = [self._prompt(prompt_token_ids=p.tolist()) for p in prompt_ids]
         params = [self._params(sampling, n, seed) for seed in seeds]
         self._wake()
-        with _isolated():
-            outputs = self.llm.generate(requests, params, use_tqdm=False)
+        versions: list[torch.Tensor] | None = None
+        if feed is None:
+            with _isolated():
+                outputs = self.llm.generate(requests, params, use_tqdm=False)
+        else:
+            outputs, versions = self._generate_stepwise(requests, params, feed)
         completions, logprobs, reasons, texts = [], [], [], []
         for out in outputs:
             if len(out.outputs) != n:  # pragma: no cover - vLLM returns all n or raises
@@ -279,7 +290,54 @@ class VLLMEngine:
             logprobs=logprobs,
             finish_reason=reasons,
             prompt_index=[i for i in range(len(prompt_ids)) for _ in range(n)],
+            versions=versions,
         )
+
+    def _generate_stepwise(
+        self, requests: list[Any], params: list[Any], feed: WeightFeed
+    ) -> tuple[list[Any], list[torch.Tensor]]:
+        """`llm.generate` one engine step at a time, polling `feed` between steps: the final
+        RequestOutputs in request order, and each row's per-token versions (rows as
+        `generate` orders them: request-major, then completion index)."""
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        ids = [f"rlvr-partial-{self._requests + i}" for i in range(len(requests))]
+        self._requests += len(requests)
+        seen: dict[tuple[str, int], list[int]] = {}  # (request, completion): versions so far
+        latest: dict[tuple[str, int], Any] = {}  # (request, completion): its newest output
+        switched = False
+        with _isolated():
+            for request_id, prompt, param in zip(ids, requests, params):
+                param = param.clone()
+                param.output_kind = RequestOutputKind.CUMULATIVE  # every step's tokens so far
+                engine.add_request(request_id, prompt, param)
+        while True:
+            version = feed.version  # the weights this step decodes with
+            with _isolated():
+                if not engine.has_unfinished_requests():
+                    break
+                step = engine.step()
+            for out in step:  # with n > 1, one output per child that moved
+                for completion in out.outputs:
+                    key = (out.request_id, completion.index)
+                    tags = seen.setdefault(key, [])
+                    tags += [version] * (len(completion.token_ids) - len(tags))
+                    latest[key] = completion
+            switched |= feed.poll()
+        if switched:
+            with _isolated():
+                self.llm.reset_prefix_cache()
+        outputs = [
+            SimpleNamespace(outputs=[latest[(request_id, i)] for i in range(param.n)])
+            for request_id, param in zip(ids, params)
+        ]
+        versions = [
+            torch.tensor(seen[(request_id, i)], dtype=torch.long)
+            for request_id, param in zip(ids, params)
+            for i in range(param.n)
+        ]
+        return outputs, versions
 
     def _params(self, sampling: SamplingParams, n: int, seed: int) -> Any:
         return self._sampling_params(
