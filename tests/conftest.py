@@ -130,3 +130,14 @@ def tiny_model_dir(
     tiny_llama.save_pretrained(path)
     char_tokenizer.save_pretrained(path)
     return path
+
+
+# `pytest -n 2 --dist loadgroup` (the README's test command): the tests that start process
+# groups, torchrun jobs or Ray clusters run one after another on one worker, beside the rest.
+_ONE_AT_A_TIME = ("tests/distributed/", "guides/distributed.md")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(part in item.nodeid for part in _ONE_AT_A_TIME):
+            item.add_marker(pytest.mark.xdist_group("distributed"))
