@@ -424,7 +424,8 @@ def test_the_default_config_gives_no_warning():
             "data.eval_fraction=0.2 has no effect: data.eval_path is the held-out set",
         ),  # fmt: skip
         (["distributed.rollout_workers=4"], "distributed.ray is false"),
-        (["rollout.partial_rollouts=true"], "only the free-running schedule"),
+        (["rollout.partial_rollouts=true"], "only an asynchronous schedule"),
+        (["rollout.partial_switch_at=4"], "only deterministic partial rollouts"),
         (
             [
                 "rollout.partial_rollouts=true",

@@ -256,6 +256,49 @@ def test_partial_rollouts_switch_weights_mid_batch_and_no_token_is_more_than_k_s
     assert mixed >= 1  # some batch was sampled by two versions
 
 
+def test_deterministic_partial_rollouts_switch_once_at_a_fixed_token_and_rerun_identically(
+    tmp_path,
+):
+    """async_mode=deterministic with partial rollouts: the batch of step s starts on version
+    s-1-K and moves to the next at its 2nd decode forward, whatever the timing: two runs give
+    the same batches; every token is tagged with one of those two versions, at most K behind
+    the learner; the switch happens wherever the batch was stale at all."""
+    k = 2
+    opts = [
+        "training.steps=5",
+        f"rollout.max_staleness={k}",
+        "rollout.partial_rollouts=true",
+        "rollout.partial_switch_at=2",
+        "checkpoint.deterministic=true",
+    ]
+
+    def run(name: str) -> list[tuple[int, ScoredRollouts]]:
+        t = trainer(tmp_path, name, *opts)
+        seen: list[tuple[int, ScoredRollouts]] = []
+        update = t.update
+        t.update = lambda scored: (seen.append((t.step, scored)), update(scored))[1]
+        t.train()
+        return seen
+
+    first, second = run("a"), run("b")
+    assert [texts(s) for _, s in first] == [texts(s) for _, s in second]
+    for (step, scored), (_, again) in zip(first, second, strict=True):
+        versions, start = scored.batch.versions, scored.version
+        if versions is None:  # an on-policy batch (the first): nothing to switch to
+            assert start == step - 1 and scored.weight_switches == 0
+            continue
+        assert all(torch.equal(a, b) for a, b in zip(versions, again.batch.versions))
+        tokens = torch.cat(versions)
+        assert set(tokens.tolist()) <= {start, start + 1} and step - 1 - start <= k
+        # one switch when the batch is stale and a row was still going at the 2nd forward
+        assert scored.weight_switches <= (1 if start + 1 <= step - 1 else 0)
+        if scored.weight_switches:
+            assert (tokens == start + 1).any()
+        for v in versions:
+            assert (v[1:] >= v[:-1]).all()
+    assert sum(s.weight_switches for _, s in first) >= 3
+
+
 @pytest.mark.slow
 def test_a_slow_learner_finds_k_batches_waiting_and_a_slow_generator_fresh_ones(tmp_path):
     import time

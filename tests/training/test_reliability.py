@@ -61,12 +61,17 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120.0) -> Non
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "schedule",
-    [[], ["rollout.max_staleness=2"]],
-    ids=["on-policy", "k-step-deterministic"],
+    [
+        [],
+        ["rollout.max_staleness=2"],
+        ["rollout.max_staleness=3", "rollout.partial_rollouts=true", "rollout.partial_switch_at=4"],
+    ],
+    ids=["on-policy", "k-step-deterministic", "k-step-partial"],
 )
 def test_sigkill_then_resume_matches_an_uninterrupted_run_bit_for_bit(tmp_path, schedule):
     """K-step deterministic too: the checkpoint holds the batches already handed to the
-    background worker, so the resumed run trains on exactly the uninterrupted run's."""
+    background worker, so the resumed run trains on exactly the uninterrupted run's; with
+    partial rollouts a checkpoint publishes the weights a pending batch waits to switch to."""
     steps = ["training.steps=6", "checkpoint.every=2", *schedule]
     straight = tmp_path / "straight"
     subprocess.run(_cli(straight, *steps), check=True, capture_output=True)

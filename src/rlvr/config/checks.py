@@ -214,11 +214,17 @@ def config_warnings(cfg: Config) -> list[str]:
             )
     if cfg.rollout.staleness == 0:
         unused("rollout.async_mode", "rollout.max_staleness=0 trains on-policy")
-    if cfg.rollout.staleness == 0 or cfg.rollout.async_mode != "free":
+    if not (cfg.rollout.partial_rollouts and cfg.rollout.async_mode == "deterministic"):
+        unused(
+            "rollout.partial_switch_at",
+            "only deterministic partial rollouts (rollout.partial_rollouts=true, "
+            "rollout.async_mode=deterministic) switch at a fixed decode step",
+        )
+    if cfg.rollout.staleness == 0:
         unused(
             "rollout.partial_rollouts",
-            "only the free-running schedule (rollout.max_staleness > 0, rollout.async_mode=free) "
-            "publishes weights in the middle of a batch",
+            "only an asynchronous schedule (rollout.max_staleness > 0) publishes weights in the "
+            "middle of a batch",
         )
     elif cfg.rollout.engine == "hf" or cfg.distributed.ray:
         where = (

@@ -77,9 +77,17 @@ class RolloutConfig:
     )
     partial_rollouts: bool = option(
         False,
-        "with async_mode=free: the generator takes the weights the learner publishes in the "
+        "with max_staleness K: the generator takes the weights the learner publishes in the "
         "middle of a batch, at a token boundary, and continues the unfinished rows with them "
-        "(fast and vllm engines; the K/V cache is kept; docs/concepts/async-rl.md)",
+        "(free: as soon as published; deterministic: one update fresher at a fixed decode "
+        "step, partial_switch_at; fast and vllm engines; the K/V cache is kept; "
+        "docs/concepts/async-rl.md)",
+    )
+    partial_switch_at: int = option(
+        16,
+        "deterministic partial rollouts: the decode forward of a batch's generation at which "
+        "it moves to the next version (waiting for it if need be)",
+        ge=1,
     )
     max_logprob_drift: float = option(
         0.1,

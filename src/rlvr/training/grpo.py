@@ -151,7 +151,12 @@ class GRPOTrainer:
         )
         self.collector = Collector(cfg, self.task, self.source, self.prompt_rng, self.encode)
         self.rollouts = build_schedule(
-            r.staleness, self.collector, self.policy, r.async_mode, r.partial_rollouts
+            r.staleness,
+            self.collector,
+            self.policy,
+            r.async_mode,
+            r.partial_rollouts,
+            r.partial_switch_at,
         )
         self.step = 0
 

@@ -94,25 +94,46 @@ class StaleRollouts:
     the job carries a copy that the worker loads before generating (at most K-1 copies queued);
     the choice depends on the steps alone, so every rank of a torchrun job makes the same.
     Under torchrun the worker's collectives (the gathered rounds) run on a process group of
-    their own (`World.new_group`), so they never interleave with the update's."""
+    their own (`World.new_group`), so they never interleave with the update's.
 
-    def __init__(self, collector: Collector, policy: Policy, k: int) -> None:
+    `switch_at` > 0 (rollout.partial_rollouts): partial rollouts at a fixed token count. A
+    batch that starts on version v < s-1 (the batch of step s) moves to v+1 at the
+    `switch_at`-th decode forward of its generation (`FixedSwitches`, the engine's
+    `WeightFeed`), waiting for that version if the learner has not made it yet. Version u is
+    published when step u+1 starts and when a checkpoint is taken after update u; the learner
+    needs the batch only at step s >= v+2, and a checkpoint after update u waits only for
+    batches that started on versions < u, so every wait ends. Where the switch falls depends
+    on the batch alone: the run stays bit-identical and resumes exactly. A batch's staleness
+    is its oldest token's; its tokens after the switch are one update fresher. (One switch,
+    not one per published version: a checkpoint could not wait for versions the learner has
+    not made.)"""
+
+    def __init__(self, collector: Collector, policy: Policy, k: int, switch_at: int = 0) -> None:
         if k < 1:
             raise ValueError(f"StaleRollouts needs k >= 1, got {k}")
         self.collector, self.policy, self.k = collector, policy, k
         self.executor = ThreadPoolExecutor(max_workers=1)
         self._pending: dict[int, Future[ScoredRollouts]] = {}
+        self._starts: dict[int, int] = {}  # pending step -> the version its batch starts on
         self._queued_version: int | None = None  # the weights the worker's last job reads
         self.waited_s = 0.0
+        self.switch_at = switch_at
+        self.published: dict[int, dict[str, torch.Tensor]] = {}  # versions batches switch to
+        self.cond = threading.Condition()
+        self._learner_version = 0  # updates made when `next` was last called
 
     def sync(self) -> None:
         sync_weights(self.policy, self.collector.source)
 
     def next(self, step: int, last_step: int) -> ScoredRollouts:
         t0 = time.perf_counter()
+        if self.switch_at:
+            self._publish(step - 1)
+        self._learner_version = step - 1
         if step not in self._pending:  # a fresh start: this step's batch, on-policy
             self._submit(step, step - 1)
         scored = self._pending.pop(step).result()
+        self._starts.pop(step, None)
         self.waited_s = time.perf_counter() - t0  # the learner idle, waiting for the batch
         # the batches up to K steps ahead, from the weights as they are before this update
         for ahead in range(step + 1, min(step + self.k, last_step) + 1):
@@ -125,10 +146,25 @@ class StaleRollouts:
         weights = None
         if not self._pending:  # every batch handed out was taken: the worker is idle, and
             self.sync()  # nothing runs on the replica: it takes the weights now
-        elif version != self._queued_version:
+        elif version != self._queued_version or self.switch_at:
+            # (with switches the job before may leave the replica on a newer version)
             weights = self.policy.rollout_weights_copy()
         self._queued_version = version
+        self._starts[step] = version
         self._pending[step] = self.executor.submit(self._collect, step, weights, version)
+
+    def _publish(self, version: int) -> None:
+        """Keep the learner's weights of `version` (its current ones) while a pending batch
+        may switch to them (one that starts on version - 1, for a later step); drop the
+        rest."""
+        wanted = {start + 1 for s, start in self._starts.items() if start + 1 <= s - 1}
+        wanted = {u for u in wanted if u <= version}
+        with self.cond:
+            if version in wanted and version not in self.published:
+                self.published[version] = self.policy.rollout_weights_copy()
+            for u in [u for u in self.published if u not in wanted]:
+                del self.published[u]
+            self.cond.notify_all()
 
     def _collect(
         self, step: int, weights: dict[str, torch.Tensor] | None, version: int
@@ -136,17 +172,38 @@ class StaleRollouts:
         if weights is not None:
             self.policy.load_rollout_weights(weights)
             self.collector.source.sync(self.policy.rollout_model)
-        scored = self.collector.collect(step)
+        feed = None
+        if self.switch_at and version + 1 <= step - 1:
+            feed = FixedSwitches(self, version, self.switch_at)
+        scored = self.collector.collect(step, feed)
         scored.version, scored.staleness = version, step - 1 - version
+        scored.weight_switches = feed.switches if feed is not None else 0
         return scored
 
+    def load_published(self, version: int) -> None:
+        """The replica (and the source) take the published weights of `version`, once the
+        learner has published them; worker thread only."""
+        with self.cond:
+            while version not in self.published:
+                self.cond.wait()
+            weights = self.published[version]
+        self.policy.load_rollout_weights(weights)
+        self.collector.source.sync(self.policy.rollout_model)
+
     def metrics(self, scored: ScoredRollouts) -> dict[str, float]:
-        return {"rollout_staleness": scored.staleness, "time_rollout_wait_s": self.waited_s}
+        out = {"rollout_staleness": scored.staleness, "time_rollout_wait_s": self.waited_s}
+        if self.switch_at:
+            out["rollout_weight_switches"] = scored.weight_switches
+            out["rollout_staleness_token_mean"] = token_staleness(scored)
+        return out
 
     def pending(self) -> list[ScoredRollouts]:
         """The batches already handed out, in step order (waits for them): saved in
         checkpoints, so a resumed run trains on exactly the batches the uninterrupted run
-        would have."""
+        would have. With partial rollouts the learner's current weights are published first:
+        a pending batch may be waiting to switch to them."""
+        if self.switch_at:
+            self._publish(self._learner_version + 1)  # the weights after this step's update
         return [self._pending[s].result() for s in sorted(self._pending)]
 
     def resume_with(self, pending: ScoredRollouts | list[ScoredRollouts] | None, step: int) -> None:
@@ -162,6 +219,26 @@ class StaleRollouts:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+class FixedSwitches:
+    """WeightFeed of a deterministic batch (StaleRollouts with partial rollouts): its
+    `at`-th poll (decode forwards and turn boundaries, counted over the batch's generate calls)
+    moves it from version `start` to start + 1, waiting for the learner to publish that."""
+
+    def __init__(self, schedule: StaleRollouts, start: int, at: int) -> None:
+        self.schedule, self.version, self.at = schedule, start, at
+        self.polls = 0
+        self.switches = 0
+
+    def poll(self) -> bool:
+        self.polls += 1
+        if self.polls != self.at:
+            return False
+        self.schedule.load_published(self.version + 1)
+        self.version += 1
+        self.switches += 1
+        return True
 
 
 class FreeRunning:
@@ -344,12 +421,13 @@ def build_schedule(
     policy: Policy,
     mode: str = "deterministic",
     partial: bool = False,
+    switch_at: int = 16,
 ) -> Schedule:
     """`rollout.max_staleness` (or off_policy_steps) K: on-policy for 0, else K-step
-    (`rollout.async_mode`: deterministic or free; `partial`: rollout.partial_rollouts, free
-    only)."""
+    (`rollout.async_mode`: deterministic or free; `partial`: rollout.partial_rollouts, in the
+    deterministic schedule at the `switch_at`-th decode forward, rollout.partial_switch_at)."""
     if not staleness:
         return OnPolicy(collector, policy)
     if mode == "free":
         return FreeRunning(collector, policy, staleness, partial)
-    return StaleRollouts(collector, policy, staleness)
+    return StaleRollouts(collector, policy, staleness, switch_at if partial else 0)
