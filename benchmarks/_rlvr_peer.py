@@ -8,7 +8,10 @@ Phases, in the order the spec lists them (each optional):
            (prompt + completion tokens of every row, no padding). Peak memory is read right after
            this phase, so later phases do not count in it.
   rollout  the rollout engine that config selects (`rollout.engine`, from the trainer itself) vs
-           `model.generate` on the same model object, at each batch size (rows = prompts x G).
+           `model.generate` on the same model object, at each batch size (rows = prompts x G),
+           with B rows decoding together (`concurrent`: the engine's max_batch_size is B for
+           the call; the trainer's own is the rows of one step, which would cut a batch larger
+           than a step into waves).
   tta      time to accuracy: GRPO on the TTA config, held-out greedy accuracy every
            `eval.every` steps; wall time until it first reaches the threshold, evaluation excluded.
 """
@@ -29,6 +32,23 @@ from _vs_trl_common import (
     setup_process,
     write_result,
 )
+
+
+def concurrent(engine: Any, rows: int) -> Any:
+    """A context in which `engine` decodes `rows` rows together (its max_batch_size), as a
+    throughput figure at B concurrent sequences means; restored on exit."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def scope() -> Any:
+        before = engine.max_batch_size
+        engine.max_batch_size = rows
+        try:
+            yield engine
+        finally:
+            engine.max_batch_size = before
+
+    return scope()
 
 
 class _StopTraining(Exception):
@@ -142,9 +162,10 @@ def rollout_phase(spec: dict[str, Any], work: Path, trainer: Any | None) -> dict
     def rlvr_engine(batch: int, max_new: int, seed: int) -> tuple[int, float]:
         params = dataclasses.replace(sampling, max_new_tokens=max_new)
         gen = torch.Generator().manual_seed(seed)
-        t0 = time.perf_counter()
-        out = trainer.engine.generate(prompts[: batch // g], g, params, generator=gen)
-        return sum(out.completion_lengths), time.perf_counter() - t0
+        with concurrent(trainer.engine, batch):
+            t0 = time.perf_counter()
+            out = trainer.engine.generate(prompts[: batch // g], g, params, generator=gen)
+            return sum(out.completion_lengths), time.perf_counter() - t0
 
     def hf_generate(batch: int, max_new: int, seed: int) -> tuple[int, float]:
         rows = prompts[: batch // g]

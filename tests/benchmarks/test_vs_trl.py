@@ -91,6 +91,29 @@ def test_trl_reward_function_scores_like_the_rlvr_verifier(tmp_path):
     assert flaky(completions=["nan", "KeyError"], sample=[sample] * 2) == [0.0, 0.0]
 
 
+def test_the_rollout_phase_decodes_as_many_rows_together_as_the_batch_it_names(
+    tiny_llama, char_tokenizer
+):
+    """The guard of the 16-sequence figure (issue 35): a trainer's engine decodes the rows of
+    one step together (max_batch_size 8 for the benchmark's 2 prompts x G=4), so a 16-row
+    call inside `concurrent` must run its first decode forward over all 16 rows (and 8
+    outside it, the waves the figure once measured by mistake). Counts rows, times nothing."""
+    from rlvr.rollout import FastEngine, SamplingParams
+
+    engine = FastEngine(tiny_llama, char_tokenizer, max_batch_size=8)
+    widths: list[int] = []
+    decode = engine._decode
+    engine._decode = lambda tokens, *a: (widths.append(tokens.shape[0]), decode(tokens, *a))[1]
+    prompts = [char_tokenizer.encode(p) for p in ("1+2=", "33+4=", "a", "hello")]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=6)
+    engine.generate(prompts, 4, sampling, torch.Generator().manual_seed(0))
+    assert widths[0] == 8  # the step's rows
+    widths.clear()
+    with _rlvr_peer.concurrent(engine, 16):
+        engine.generate(prompts, 4, sampling, torch.Generator().manual_seed(0))
+    assert widths[0] == 16 and engine.max_batch_size == 8
+
+
 def test_generate_tokens_count_up_to_and_including_the_first_eos():
     prompt_width, eos = 2, 9
     out = torch.tensor(
