@@ -133,10 +133,12 @@ def _train_cli(out: Path, overrides: list[str], nproc: int) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_two_torchrun_learner_ranks_on_ray_generators_equal_one_learner(tmp_path):
-    """Ray mode with 2 learner ranks (torchrun, gloo, DDP) and 1 rollout actor, K-step
-    deterministic: rank 0 drives the actors and broadcasts each round, and the run is the one
-    learner's: the same completions, staleness 0, 1, 2, losses within fp32 rounding."""
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_torchrun_learner_ranks_on_ray_generators_equal_one_learner(tmp_path, strategy):
+    """Ray mode with 2 learner ranks (torchrun, gloo; replicated or FSDP2-sharded) and 1
+    rollout actor, K-step deterministic: rank 0 drives the actors and broadcasts each round,
+    and the run is the one learner's: the same completions, staleness 0, 1, 2, losses within
+    fp32 rounding."""
     opts = [
         *TINY,
         *RAY,
@@ -150,7 +152,7 @@ def test_two_torchrun_learner_ranks_on_ray_generators_equal_one_learner(tmp_path
         "distributed.reward_workers=1",
     ]
     one = _train_cli(tmp_path / "one", opts, nproc=1)
-    two = _train_cli(tmp_path / "two", [*opts, "distributed.strategy=ddp"], nproc=2)
+    two = _train_cli(tmp_path / "two", [*opts, f"distributed.strategy={strategy}"], nproc=2)
     assert [r["rollout_staleness"] for r in two] == [0, 1, 2]
     for a, b in zip(one, two, strict=True):
         assert a["reward_mean"] == b["reward_mean"]
