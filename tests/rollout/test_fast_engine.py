@@ -143,6 +143,21 @@ def test_bfloat16_model_follows_hf_rounding(tiny_llama, char_tokenizer, prompts)
     assert_same_rollouts(fast, reference, atol=1e-3, rtol=2**-8)
 
 
+def test_bfloat16_packed_weights_follow_hf_rounding(tiny_llama, char_tokenizer, prompts):
+    # Where the CPU has oneDNN's bf16 kernels, bf16 weights are held pre-packed too; each
+    # product is still rounded, then added, as HF's modules do: the same greedy tokens.
+    from rlvr.rollout.llama_decoder import can_pack
+
+    model = tiny_llama.to(torch.bfloat16)
+    if not can_pack(model.model.layers[0].mlp.down_proj.weight):
+        pytest.skip("no oneDNN bf16 kernels on this CPU (AVX-512-BF16 or AMX)")
+    reference = HFEngine(model, char_tokenizer).generate(prompts, 2, GREEDY)
+    engine = FastEngine(model, char_tokenizer, max_batch_size=3, pack_weights=True)
+    fast = engine.generate(prompts, 2, GREEDY)
+    assert all(plan.packed for plan in engine._decoder._kept_plans)
+    assert_same_rollouts(fast, reference, atol=1e-3, rtol=2**-8)
+
+
 def test_unfused_module_path_gives_the_same_rollouts(tiny_llama, char_tokenizer, prompts):
     fused = FastEngine(tiny_llama, char_tokenizer).generate(prompts, 2, GREEDY)
     unfused = FastEngine(tiny_llama, char_tokenizer, fuse_projections=False).generate(

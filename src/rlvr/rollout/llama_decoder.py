@@ -182,10 +182,18 @@ def _residual_weight(linear: Any) -> torch.Tensor | None:
 
 
 def can_pack(weight: torch.Tensor) -> bool:
-    """Whether oneDNN can hold `weight` pre-packed: fp32 on a CPU build with mkldnn."""
+    """Whether oneDNN can hold `weight` pre-packed: fp32, or bf16 where the CPU has oneDNN's
+    bf16 kernels (AVX-512-BF16, AMX), on a CPU build with mkldnn. Measured on an AVX-512-BF16
+    CPU (2 threads, 16 rows): a SmolLM2 MLP matmul 63.7 -> 47.1 us packed in bf16, the output
+    head 2616 -> 1655 us, bit-identical to F.linear's (docs/rollout.md)."""
+    if weight.dtype == torch.bfloat16:
+        supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+        if supported is None or not supported():
+            return False
+    elif weight.dtype != torch.float32:
+        return False
     return (
         weight.device.type == "cpu"
-        and weight.dtype == torch.float32
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
     )
@@ -218,8 +226,10 @@ def _add_projection(
 ) -> torch.Tensor:
     """h + module(x); one addmm (or one packed oneDNN matmul with the add fused) over the
     flattened rows when the weight is known."""
-    if weight is None or h.dtype != torch.float32:  # half precision: round like HF
+    if weight is None:
         return h + module(x)
+    if h.dtype != torch.float32:  # half precision: round like HF (the product, then the add)
+        return h + (_linear(x, weight, None, True) if packed else module(x))
     if packed:
         return torch.ops.mkldnn._linear_pointwise.binary(x, h, weight, None, "add")
     out = torch.addmm(h.reshape(-1, h.shape[-1]), x.reshape(-1, x.shape[-1]), weight.t())
