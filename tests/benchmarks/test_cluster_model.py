@@ -16,6 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _model():
+    if str(REPO / "benchmarks") not in sys.path:  # cluster_model imports _cluster_sim from there
+        sys.path.insert(0, str(REPO / "benchmarks"))
     path = REPO / "benchmarks" / "cluster_model.py"
     spec = importlib.util.spec_from_file_location("bench_cluster_model", path)
     module = importlib.util.module_from_spec(spec)
@@ -25,28 +27,29 @@ def _model():
 
 
 cm = _model()
+sim = sys.modules["_cluster_sim"]  # the simulation cluster_model imports
 
 
 def run(lengths, costs, n=1, m=1, mode="sync", k=0, unit="batch", group_size=1, **cluster):
-    work = cm.make_workload(lengths, group_size)
-    return cm.simulate(work, costs, cm.Cluster(n, m, **cluster), cm.Schedule(mode, k, unit))
+    work = sim.make_workload(lengths, group_size)
+    return sim.simulate(work, costs, sim.Cluster(n, m, **cluster), sim.Schedule(mode, k, unit))
 
 
 def test_generation_time_sums_the_decode_steps():
     # t=1: 1 + 2*2 = 5, t=2: 1 + 2*1 = 3, t=3: 1 + 2*1 = 3 -> 11
     literal = sum(1 + 2 * sum(x >= t for x in (1, 3)) for t in range(1, 4))
     assert literal == 11
-    assert cm.generation_time([1, 3], a=1, b=2) == 11
-    assert cm.generation_time([1, 3], a=1, b=2, p=0.5, prompt_tokens=4) == 13
-    assert cm.generation_time([], a=1, b=2) == 0
+    assert sim.generation_time([1, 3], a=1, b=2) == 11
+    assert sim.generation_time([1, 3], a=1, b=2, p=0.5, prompt_tokens=4) == 13
+    assert sim.generation_time([], a=1, b=2) == 0
     # a wave of groups (3,) and (1,), a = b = 1: (1,) leaves after t=1 (1 + 1*2 = 3), (3,)
     # at the end (3 + (1 + 1) + (1 + 1) = 7, = a*3 + b*4)
-    assert cm.wave_offsets([(3,), (1,)], cm.Costs(a=1, b=1, c=0)) == [7, 3]
-    assert cm.contiguous_shares(5, 2) == [(0, 2), (2, 5)]
+    assert sim.wave_offsets([(3,), (1,)], sim.Costs(a=1, b=1, c=0)) == [7, 3]
+    assert sim.contiguous_shares(5, 2) == [(0, 2), (2, 5)]
 
 
 def test_synchronous_step_is_generation_plus_sync_plus_update():
-    costs = cm.Costs(a=1, b=2, c=0.5, d=1, w=3, score=0.25, mu=2)
+    costs = sim.Costs(a=1, b=2, c=0.5, d=1, w=3, score=0.25, mu=2)
     res = run([[1, 3], [1, 3]], costs)
     # generator: w 3 + gen 11 + score 2 * 0.25 = 14.5; learner: 0.5 * 2 * 4 + 1 = 5
     assert res.step_times == pytest.approx([19.5, 19.5])
@@ -58,13 +61,13 @@ def test_synchronous_step_is_generation_plus_sync_plus_update():
     assert two.step_times == pytest.approx([17.25, 17.25])
     assert two.generator_idle_fraction == pytest.approx(1 - (6.25 + 12.25) / 2 / 17.25)
     # four learners, r = 0.5 s per doubling: 0.5 * 2 * 4 / 4 + 1 + 0.5 * log2(4) = 3
-    wide = cm.Costs(a=1, b=2, c=0.5, d=1, mu=2, allreduce=0.5)
-    assert cm.learner_time(4, 4, wide) == pytest.approx(3.0)
-    assert cm.learner_efficiency(4, 4, wide) == pytest.approx(1 / 2)
+    wide = sim.Costs(a=1, b=2, c=0.5, d=1, mu=2, allreduce=0.5)
+    assert sim.learner_time(4, 4, wide) == pytest.approx(3.0)
+    assert sim.learner_efficiency(4, 4, wide) == pytest.approx(1 / 2)
 
 
 def test_k_step_deterministic_hides_a_faster_generation():
-    costs = cm.Costs(a=0, b=0.5, c=1.5)  # a batch of one row of 2 tokens: gen 1 s, update 3 s
+    costs = sim.Costs(a=0, b=0.5, c=1.5)  # a batch of one row of 2 tokens: gen 1 s, update 3 s
     res = run([[2]] * 8, costs, mode="deterministic", k=2)
     assert res.staleness == [0, 1, 2, 2, 2, 2, 2, 2]
     assert res.step_times == pytest.approx([4] + [3] * 7)  # first: wait 1 + update 3
@@ -73,22 +76,22 @@ def test_k_step_deterministic_hides_a_faster_generation():
     assert res.generator_idle_fraction == pytest.approx(1 - 8 / 25)
     longer = run([[2]] * 40, costs, mode="deterministic", k=2)
     assert longer.learner_idle_fraction == pytest.approx(1 / 121)  # -> 0
-    out = cm.predict(1, 1, [[2]] * 8, costs, 2, "deterministic")
+    out = sim.predict(1, 1, [[2]] * 8, costs, 2, "deterministic")
     assert out["step_time_s"] == pytest.approx(25 / 8) and out["staleness_max"] == 2
     assert out["speedup_vs_sync"] == pytest.approx(8 * 4 / 25)  # sync: 1 + 3 s a step
     assert out["dropped_batches"] == 0 and out["learner_idle_fraction"] == pytest.approx(1 / 25)
     # weights: batches 1..3 are all drawn from version 0, one sync; then one per batch
-    synced = run([[2]] * 4, cm.Costs(a=0, b=0.5, c=1.5, w=0.5), mode="deterministic", k=2)
+    synced = run([[2]] * 4, sim.Costs(a=0, b=0.5, c=1.5, w=0.5), mode="deterministic", k=2)
     assert synced.generator_busy == pytest.approx([0.5 + 4 * 1 + 0.5])
 
 
 def test_free_running_stays_within_k_and_drops_nothing():
     # hand case, K = 1, gen 1 s, update 3 s: batch 2 is made during update 1, from version 0
-    slow_learner = run([[2]] * 5, cm.Costs(a=0, b=0.5, c=1.5), mode="free", k=1)
+    slow_learner = run([[2]] * 5, sim.Costs(a=0, b=0.5, c=1.5), mode="free", k=1)
     assert slow_learner.staleness == [0, 1, 1, 1, 1]
     assert slow_learner.step_times == pytest.approx([4, 3, 3, 3, 3])
     # K = 2, gen 3 s, update 1 s: a slow generator hands over batches 1 update old
-    slow_generator = run([[2]] * 5, cm.Costs(a=0, b=1.5, c=0.5), mode="free", k=2)
+    slow_generator = run([[2]] * 5, sim.Costs(a=0, b=1.5, c=0.5), mode="free", k=2)
     assert slow_generator.staleness == [0, 1, 1, 1, 1]
     assert slow_generator.learner_idle_fraction == pytest.approx(1 - 5 / 16)
     rng = random.Random(0)
@@ -96,14 +99,14 @@ def test_free_running_stays_within_k_and_drops_nothing():
     for n in (1, 3):
         for k in (1, 2, 4):
             for c in (1e-4, 0.05):  # generation-bound, learner-bound
-                res = run(lengths, cm.Costs(a=1e-3, b=1e-3, c=c), n=n, mode="free", k=k)
+                res = run(lengths, sim.Costs(a=1e-3, b=1e-3, c=c), n=n, mode="free", k=k)
                 assert max(res.staleness) <= k and res.dropped_batches == 0
                 if c == 0.05:
                     assert max(res.staleness) == k  # a slow learner finds K batches waiting
 
 
 def test_shared_placement_slows_both_sides_while_both_run():
-    costs = cm.Costs(a=1, b=0, c=2)  # a batch: gen 1 s alone, update 2 s alone
+    costs = sim.Costs(a=1, b=0, c=2)  # a batch: gen 1 s alone, update 2 s alone
     shared = run([[1]] * 3, costs, mode="deterministic", k=1, placement="shared", contention=2)
     # 0-1 gen alone; 1-3 both at half speed (gen done); 3-4 learner alone: update 1 ends at 4;
     # 4-6 both (batch 3 done), 6-7 learner alone; 7-9 update 3 alone
@@ -116,7 +119,7 @@ def test_shared_placement_slows_both_sides_while_both_run():
 
 
 def test_group_level_free_mode_does_not_wait_for_a_long_group():
-    costs = cm.Costs(a=0, b=1, c=1e-3)  # a group of one row of L tokens: L seconds
+    costs = sim.Costs(a=0, b=1, c=1e-3)  # a group of one row of L tokens: L seconds
     lengths = [[100, 1], [1, 1]]  # B = 2 groups of G = 1; group 0 takes 100 s
     groups = run(lengths, costs, n=2, mode="free", k=2, unit="group")
     # generator 1 makes groups 1 (0-1) and 2 (1-2) while generator 0 makes group 0
@@ -158,7 +161,7 @@ def write_run(run_dir: Path, true: dict = TRUE, steps: int = 12, groups: int = 4
     rows = [{"step": 0, "eval_accuracy": 0.1}]
     (run_dir / "samples").mkdir(parents=True)
     for s, ls in enumerate(lengths, start=1):
-        gen = cm.generation_time(ls, true["a"], true["b"])
+        gen = sim.generation_time(ls, true["a"], true["b"])
         score = true["score"] * len(ls)
         wait = true["w"] + gen + score
         learner = true["c"] * sum(ls) + true["d"]
@@ -221,11 +224,11 @@ def test_fit_recovers_the_costs_of_a_synthetic_run(tmp_path, capsys):
 
 
 def test_lognormal_lengths_have_a_tenfold_tail():
-    (lengths,) = cm.lognormal_lengths(1, 20000, median=50, max_new_tokens=10**6, seed=3)
+    (lengths,) = sim.lognormal_lengths(1, 20000, median=50, max_new_tokens=10**6, seed=3)
     assert statistics.median(lengths) == pytest.approx(50, rel=0.05)
     p99 = sorted(lengths)[int(0.99 * len(lengths))]
     assert p99 / 50 == pytest.approx(10, rel=0.1)
-    (clipped,) = cm.lognormal_lengths(1, 1000, median=50, max_new_tokens=64, seed=3)
+    (clipped,) = sim.lognormal_lengths(1, 1000, median=50, max_new_tokens=64, seed=3)
     assert max(clipped) == 64 and min(clipped) >= 1
 
 
@@ -235,10 +238,10 @@ def test_validation_recovers_the_contention_of_a_simulated_async_run(tmp_path):
     plain per-token ratio understates it (generation overlaps the update part of the time)."""
     true = {**TRUE, "w": 0.0, "score": 0.0}  # a synthetic time_generate_s holds neither
     lengths = write_run(tmp_path / "sync", true)
-    costs = cm.Costs(a=true["a"], b=true["b"], c=true["c"], d=true["d"])
-    shared = cm.Cluster(1, 1, "shared", 1.5)
-    truth = cm.simulate(
-        cm.make_workload(lengths, 2), costs, shared, cm.Schedule("deterministic", 2)
+    costs = sim.Costs(a=true["a"], b=true["b"], c=true["c"], d=true["d"])
+    shared = sim.Cluster(1, 1, "shared", 1.5)
+    truth = sim.simulate(
+        sim.make_workload(lengths, 2), costs, shared, sim.Schedule("deterministic", 2)
     )
     rows = [
         {
