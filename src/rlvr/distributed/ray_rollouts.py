@@ -489,7 +489,8 @@ class RayRollouts:
         if isinstance(made, BaseException):
             raise made
         self.generator.set_state(state)
-        self.rounds += 0 if self.driver else 1
+        if not self.driver:  # the driver counted it in _round
+            self.rounds += 1
         return made
 
     def _round(

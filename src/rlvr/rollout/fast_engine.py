@@ -277,7 +277,6 @@ class _Rollout:
     ) -> None:
         self.engine, self.prompts, self.n = engine, prompts, n
         self.feed = feed
-        self.switches = 0  # weight loads in the middle of this call
         # the engine's decoder and its decode step (compiled or not)
         self.decoder, self.decode_step = decoder, decode
         self.sampling = sampling
@@ -512,7 +511,6 @@ class _Rollout:
             if len(finished_slots) < self.busy:  # some row goes on: feed the sampled tokens
                 if self.feed is not None and self.feed.poll():  # newer weights: continue on them
                     self.decoder.prepare()
-                    self.switches += 1
                 length = self.cache.max_len if engine.compile else self.cache_len
                 logits = self.decode_step(tokens, self.positions[:width], self.cache, length)
                 if width == self.slots:  # adopt the new tensor: no [W, V] copy per step

@@ -100,23 +100,24 @@ class Policy:
         learner's current weights; under FSDP a collective every rank makes."""
         if self.rollout_model is self.model:
             return
+        with torch.no_grad():
+            self.rollout_model.load_state_dict(self._learner_state())
+
+    def _learner_state(self) -> dict[str, torch.Tensor]:
+        """The learner's state_dict, whole (under FSDP gathered: a collective every rank
+        makes)."""
         if self.sharded:
             from rlvr.distributed.fsdp import full_model_state
 
-            state = full_model_state(self.model)
-        else:
-            state = self.model.state_dict()
-        with torch.no_grad():
-            self.rollout_model.load_state_dict(state)
+            return full_model_state(self.model)
+        return self.model.state_dict()
 
     def rollout_weights_copy(self) -> dict[str, torch.Tensor]:
         """A copy of the learner's current weights, for the replica to take later (a batch
         queued behind others, rlvr.training.schedules.StaleRollouts); under FSDP the gathered
         whole weights (a collective every rank makes)."""
         if self.sharded:
-            from rlvr.distributed.fsdp import full_model_state
-
-            return full_model_state(self.model)
+            return self._learner_state()  # gathered: fresh tensors already
         with torch.no_grad():
             return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
@@ -129,11 +130,8 @@ class Policy:
         """Make `whole` current: under FSDP the replica takes the sharded weights (a collective
         every rank makes); otherwise `whole` is the model itself."""
         if self.whole_model is not None:
-            from rlvr.distributed.fsdp import full_model_state
-
-            state = full_model_state(self.model)
             with torch.no_grad():
-                self.whole_model.load_state_dict(state)
+                self.whole_model.load_state_dict(self._learner_state())
         elif self.sharded:
             self.sync_rollout_weights()
 

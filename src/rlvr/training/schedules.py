@@ -50,6 +50,13 @@ def sync_weights(policy: Policy, source: RolloutSource) -> None:
     source.sync(policy.rollout_model)
 
 
+def load_weights(policy: Policy, source: RolloutSource, weights: dict[str, torch.Tensor]) -> None:
+    """The rollout replica and the source take `weights` (a `Policy.rollout_weights_copy`
+    made earlier); in the thread that generates."""
+    policy.load_rollout_weights(weights)
+    source.sync(policy.rollout_model)
+
+
 class OnPolicy:
     """Each step's batch is drawn from the weights as they are when the step starts."""
 
@@ -157,8 +164,9 @@ class StaleRollouts:
         """Keep the learner's weights of `version` (its current ones) while a pending batch
         may switch to them (one that starts on version - 1, for a later step); drop the
         rest."""
-        wanted = {start + 1 for s, start in self._starts.items() if start + 1 <= s - 1}
-        wanted = {u for u in wanted if u <= version}
+        wanted = {
+            start + 1 for s, start in self._starts.items() if start + 1 <= min(s - 1, version)
+        }
         with self.cond:
             if version in wanted and version not in self.published:
                 self.published[version] = self.policy.rollout_weights_copy()
@@ -170,8 +178,7 @@ class StaleRollouts:
         self, step: int, weights: dict[str, torch.Tensor] | None, version: int
     ) -> ScoredRollouts:
         if weights is not None:
-            self.policy.load_rollout_weights(weights)
-            self.collector.source.sync(self.policy.rollout_model)
+            load_weights(self.policy, self.collector.source, weights)
         feed = None
         if self.switch_at and version + 1 <= step - 1:
             feed = FixedSwitches(self, version, self.switch_at)
@@ -187,8 +194,7 @@ class StaleRollouts:
             while version not in self.published:
                 self.cond.wait()
             weights = self.published[version]
-        self.policy.load_rollout_weights(weights)
-        self.collector.source.sync(self.policy.rollout_model)
+        load_weights(self.policy, self.collector.source, weights)
 
     def metrics(self, scored: ScoredRollouts) -> dict[str, float]:
         out = {"rollout_staleness": scored.staleness, "time_rollout_wait_s": self.waited_s}
@@ -347,8 +353,7 @@ class FreeRunning:
     def _load(self, version: int, weights: dict[str, torch.Tensor]) -> None:
         """The rollout replica (and the source) take the weights of `version`; generator
         thread only."""
-        self.policy.load_rollout_weights(weights)
-        self.collector.source.sync(self.policy.rollout_model)
+        load_weights(self.policy, self.collector.source, weights)
         self.loaded = version
 
     # -- WeightFeed (partial rollouts): called by the engine in the generator thread ----------
