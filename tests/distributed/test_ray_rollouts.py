@@ -384,3 +384,46 @@ def test_a_failing_verifier_in_ray_reward_actors_is_logged_as_in_one_process(tmp
     traced = [x for x in got if x["traceback"] is not None]
     assert len(traced) == 1 and "raise ValueError('odd length')" in traced[0]["traceback"]
     assert [x["traceback"] is None for x in got] == [x["traceback"] is None for x in want]
+
+
+@pytest.mark.slow
+def test_a_misbehaving_environment_in_ray_rollout_actors_is_logged_as_in_one_process(
+    tmp_path, cluster
+):
+    """A user environment inside the rollout actors that raises, returns garbage or raises
+    SystemExit to end the actor's process: every such row scores 0, is counted in
+    environment_failures and recorded in errors.jsonl exactly as in one process; the run
+    finishes and no actor is lost."""
+    env = tmp_path / "bad_env.py"
+    env.write_text(
+        "from rlvr.environments import StepResult\n"
+        "class Bad:\n"
+        "    def reset(self, sample):\n"
+        "        return None\n"
+        "    def step(self, text):\n"
+        "        kind = len(text) % 3\n"
+        "        if kind == 0:\n"
+        "            raise ValueError('step refused')\n"
+        "        if kind == 1:\n"
+        "            return {'reward': 1.0}  # not a StepResult\n"
+        "        raise SystemExit(3)\n"
+    )
+    bad = [*TINY, f"environment.name={env}:Bad", "environment.max_turns=2"]
+    single, distributed = tmp_path / "single", tmp_path / "ray"
+    _run(single, bad)
+    _run(distributed, [*bad, *RAY])
+
+    def lines(run_dir: Path) -> list[dict]:
+        return [json.loads(x) for x in (run_dir / "errors.jsonl").read_text().splitlines()]
+
+    a_rows, b_rows = _metrics(single), _metrics(distributed)
+    assert [m["environment_failures"] for m in b_rows] == [
+        m["environment_failures"] for m in a_rows
+    ]
+    assert sum(m["environment_failures"] for m in b_rows) > 0
+    assert [m["reward_mean"] for m in b_rows] == [m["reward_mean"] for m in a_rows]
+    strip = ("traceback",)
+    want = [{k: v for k, v in x.items() if k not in strip} for x in lines(single)]
+    got = [{k: v for k, v in x.items() if k not in strip} for x in lines(distributed)]
+    assert got == want and {x["kind"] for x in got} == {"environment"}
+    assert all(m["ray_worker_restarts"] == 0 for m in b_rows)
