@@ -102,6 +102,8 @@ def validate(cfg: Config) -> None:
             f"rollout.off_policy_steps: 1 means rollout.max_staleness=1, which is set to "
             f"{r.max_staleness}; set only rollout.max_staleness"
         )
+    if r.async_unit == "group":
+        check_group_stream(cfg)
     alg = cfg.algorithm
     if alg.token_correction == "icepop" and alg.tis_cap <= 1:
         raise ConfigError(
@@ -115,6 +117,28 @@ def validate(cfg: Config) -> None:
         )
     cfg.data.validate()
     validate_model(cfg.model)
+
+
+def check_group_stream(cfg: Config) -> None:
+    """rollout.async_unit=group streams groups from the fast engine in this process, taking new
+    weights at token boundaries: what that needs, with the first setting that prevents it."""
+    r = cfg.rollout
+    needs = [
+        (
+            r.staleness > 0 and r.async_mode == "free",
+            "rollout.async_mode=free with max_staleness > 0",
+        ),
+        (
+            r.partial_rollouts,
+            "rollout.partial_rollouts=true (a stream has no batch boundary to take new weights at)",
+        ),
+        (r.engine == "fast", f"rollout.engine=fast (got {r.engine})"),
+        (not cfg.distributed.ray, "one process (not distributed.ray)"),
+        (not cfg.environment.name, "single-turn rollouts (environment.name is set)"),
+    ]
+    for ok, what in needs:
+        if not ok:
+            raise ConfigError(f"rollout.async_unit=group: needs {what}")
 
 
 def validate_model(model: ModelConfig) -> None:

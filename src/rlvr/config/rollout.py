@@ -75,6 +75,15 @@ class RolloutConfig:
         "(a generator thread on the newest weights, at most K batches ahead)",
         choices=["deterministic", "free"],
     )
+    async_unit: str = option(
+        "batch",
+        "async_mode=free: what the generator buffers. batch = whole batches; group = groups, "
+        "streamed: the fast engine generates without batch boundaries, each group enters "
+        "the buffer when its last completion ends, and a step trains on the prompts_per_step "
+        "groups that finished first, so a slow group holds back only itself (needs "
+        "partial_rollouts=true)",
+        choices=["batch", "group"],
+    )
     partial_rollouts: bool = option(
         False,
         "with max_staleness K: the generator takes the weights the learner publishes in the "

@@ -161,6 +161,23 @@ class WeightFeed(Protocol):
     def poll(self) -> bool: ...
 
 
+class GroupRequests(Protocol):
+    """What a streaming engine call (`stream`, rollout.async_unit=group) pulls prompts from and
+    hands finished groups to.
+
+    take(limit, wait): up to `limit` prompts (token ids) to start now, [] when none may start
+        yet; with `wait` (the engine has nothing left to decode) it blocks until one may, and
+        [] ends the call.
+    done(index, batch): the `n` rows of the index-th prompt taken (0-based, over the call),
+        all finished: a RolloutBatch of n rows, prompt_index 0. Called in the engine's thread
+        between decode steps, in the order groups finish.
+    """
+
+    def take(self, limit: int, wait: bool) -> list[Sequence[int]]: ...
+
+    def done(self, index: int, batch: RolloutBatch) -> None: ...
+
+
 class Engine(Protocol):
     """What every rollout engine (`fast`, `hf`, `vllm`, and `MultiTurnEngine` around one of them)
     offers the rollout source and the evaluation.

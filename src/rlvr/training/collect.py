@@ -79,6 +79,30 @@ class Collector:
         self.cfg, self.task, self.source = cfg, task, source
         self.hooks = TaskHooks.of(task)
         self.prompt_rng, self.encode = prompt_rng, encode
+        self._drawing = 0  # the step `draw` last drew for
+
+    def draw(self, step: int) -> Mapping[str, Any]:
+        """One training prompt for the batch of `step`, drawn alone (rollout.async_unit=group);
+        curricula hear of a new step before its first prompt is drawn."""
+        if step != self._drawing:
+            self._drawing = step
+            self.hooks.on_step(step - 1, self.cfg.training.steps)
+        return self.task.sample_train(self.prompt_rng)
+
+    def shaped(self, result: Round, samples: list[Mapping[str, Any]]) -> list[float]:
+        """The rewards of a round's rows (`samples`: each row's sample) as trained on: adaptive
+        curricula see the verifier's first, then DAPO's overlong penalty is added."""
+        cfg = self.cfg
+        self.hooks.observe(samples, result.rewards)
+        if not cfg.reward.overlong_buffer:
+            return result.rewards
+        penalties = overlong_penalties(
+            result.batch.completion_lengths,
+            cfg.rollout.max_new_tokens,
+            cfg.reward.overlong_buffer,
+            cfg.reward.overlong_penalty_factor,
+        )
+        return [r + p for r, p in zip(result.rewards, penalties)]
 
     def collect(self, step: int, feed: WeightFeed | None = None) -> ScoredRollouts:
         """Sample and score the batch of `step` (1-based); `feed`: newer weights the rollouts
@@ -98,17 +122,7 @@ class Collector:
             result = source.round(samples, g, self.encode, feed)
             for name, values in result.components.items():
                 components.setdefault(name, []).extend(values)
-            rewards = result.rewards
-            # adaptive curricula see the verifier's rewards
-            hooks.observe([samples[i] for i in result.batch.prompt_index], rewards)
-            if cfg.reward.overlong_buffer:
-                penalties = overlong_penalties(
-                    result.batch.completion_lengths,
-                    cfg.rollout.max_new_tokens,
-                    cfg.reward.overlong_buffer,
-                    cfg.reward.overlong_penalty_factor,
-                )
-                rewards = [r + p for r, p in zip(rewards, penalties)]
+            rewards = self.shaped(result, [samples[i] for i in result.batch.prompt_index])
             rounds.append((result, samples, rewards))
             groups = informative_groups(rewards, g) if dynamic else range(want)
             kept += [(len(rounds) - 1, j) for j in groups]
@@ -139,3 +153,15 @@ class Collector:
             errors=errors,
             completions=scored,
         )
+
+
+def token_staleness(scored: ScoredRollouts) -> float:
+    """The mean staleness of the batch's sampled tokens, in updates: the learner's version
+    (scored.version + scored.staleness) minus the version that sampled each token."""
+    batch, learner = scored.batch, scored.version + scored.staleness
+    if batch.versions is None:
+        return float(scored.staleness)
+    masks = batch.loss_masks or [torch.ones(v.numel()) for v in batch.versions]
+    total = sum(float(((learner - v) * m).sum()) for v, m in zip(batch.versions, masks))
+    tokens = sum(float(m.sum()) for m in masks)
+    return total / tokens if tokens else float(scored.staleness)

@@ -157,6 +157,7 @@ class GRPOTrainer:
             r.async_mode,
             r.partial_rollouts,
             r.partial_switch_at,
+            r.async_unit,
         )
         self.step = 0
 

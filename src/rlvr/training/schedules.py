@@ -22,8 +22,9 @@ from typing import Protocol
 import torch
 
 from rlvr.runs.policy import Policy
-from rlvr.training.collect import Collector, ScoredRollouts
-from rlvr.training.sources import RolloutSource
+from rlvr.training.collect import Collector, ScoredRollouts, token_staleness
+from rlvr.training.sources import load_weights, sync_weights
+from rlvr.training.streaming import GroupStream
 
 
 class Schedule(Protocol):
@@ -41,20 +42,6 @@ class Schedule(Protocol):
     ) -> None: ...
 
     def close(self) -> None: ...
-
-
-def sync_weights(policy: Policy, source: RolloutSource) -> None:
-    """Before the weights a batch is drawn from are fixed: the rollout replica and the source
-    (vLLM, Ray actors) take the learner's current weights."""
-    policy.sync_rollout_weights()
-    source.sync(policy.rollout_model)
-
-
-def load_weights(policy: Policy, source: RolloutSource, weights: dict[str, torch.Tensor]) -> None:
-    """The rollout replica and the source take `weights` (a `Policy.rollout_weights_copy`
-    made earlier); in the thread that generates."""
-    policy.load_rollout_weights(weights)
-    source.sync(policy.rollout_model)
 
 
 class OnPolicy:
@@ -408,18 +395,6 @@ class FreeRunning:
             self.thread.join()
 
 
-def token_staleness(scored: ScoredRollouts) -> float:
-    """The mean staleness of the batch's sampled tokens, in updates: the learner's version
-    (scored.version + scored.staleness) minus the version that sampled each token."""
-    batch, learner = scored.batch, scored.version + scored.staleness
-    if batch.versions is None:
-        return float(scored.staleness)
-    masks = batch.loss_masks or [torch.ones(v.numel()) for v in batch.versions]
-    total = sum(float(((learner - v) * m).sum()) for v, m in zip(batch.versions, masks))
-    tokens = sum(float(m.sum()) for m in masks)
-    return total / tokens if tokens else float(scored.staleness)
-
-
 def build_schedule(
     staleness: int,
     collector: Collector,
@@ -427,12 +402,16 @@ def build_schedule(
     mode: str = "deterministic",
     partial: bool = False,
     switch_at: int = 16,
+    unit: str = "batch",
 ) -> Schedule:
     """`rollout.max_staleness` (or off_policy_steps) K: on-policy for 0, else K-step
     (`rollout.async_mode`: deterministic or free; `partial`: rollout.partial_rollouts, in the
-    deterministic schedule at the `switch_at`-th decode forward, rollout.partial_switch_at)."""
+    deterministic schedule at the `switch_at`-th decode forward, rollout.partial_switch_at;
+    `unit`: rollout.async_unit, the free schedule's buffer of batches or of groups)."""
     if not staleness:
         return OnPolicy(collector, policy)
+    if mode == "free" and unit == "group":
+        return GroupStream(collector, policy, staleness)
     if mode == "free":
         return FreeRunning(collector, policy, staleness, partial)
     return StaleRollouts(collector, policy, staleness, switch_at if partial else 0)

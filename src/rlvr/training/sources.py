@@ -27,6 +27,21 @@ from rlvr.rewards.pool import VerifierPool
 from rlvr.rewards.scoring import Scorer
 from rlvr.rollout import RolloutBatch, Round, SamplingParams, concat_batches
 from rlvr.rollout.types import Engine, WeightFeed
+from rlvr.runs.policy import Policy
+
+
+class SampleRequests(Protocol):
+    """What a streaming source call (`LocalRollouts.stream`, rollout.async_unit=group) draws
+    samples from and hands scored groups to.
+
+    take(limit, wait): up to `limit` samples to start now ([] when none may start yet; with
+        `wait` it blocks until one may, and [] ends the call).
+    done(sample, group): the sample's g completions, generated and scored (a Round of g rows).
+    """
+
+    def take(self, limit: int, wait: bool) -> list[Mapping[str, Any]]: ...
+
+    def done(self, sample: Mapping[str, Any], group: Round) -> None: ...
 
 
 class RolloutSource(Protocol):
@@ -43,6 +58,20 @@ class RolloutSource(Protocol):
     def metrics(self) -> dict[str, float]: ...
 
     def close(self) -> None: ...
+
+
+def sync_weights(policy: Policy, source: RolloutSource) -> None:
+    """Before the weights a batch is drawn from are fixed: the rollout replica and the source
+    (vLLM, Ray actors) take the learner's current weights."""
+    policy.sync_rollout_weights()
+    source.sync(policy.rollout_model)
+
+
+def load_weights(policy: Policy, source: RolloutSource, weights: dict[str, torch.Tensor]) -> None:
+    """The rollout replica and the source take `weights` (a `Policy.rollout_weights_copy`
+    made earlier); in the thread that generates."""
+    policy.load_rollout_weights(weights)
+    source.sync(policy.rollout_model)
 
 
 def check_rollout_source(cfg: Config, world: World | None) -> None:
@@ -173,6 +202,26 @@ class LocalRollouts:
                     "the rest of the run"
                 )
 
+    def stream(
+        self,
+        requests: SampleRequests,
+        g: int,
+        encode: Callable[[Mapping], list[int]],
+        feed: WeightFeed,
+    ) -> None:
+        """rollout.async_unit=group: the engine generates without batch boundaries
+        (`FastEngine.stream`), and each group is scored as soon as it is complete and handed to
+        `requests.done`, until `requests` ends the call. One process only."""
+        stream = getattr(self.engine, "stream", None)
+        if stream is None:
+            raise ValueError(
+                f"rollout.async_unit=group: the {type(self.engine).__name__} engine cannot "
+                "stream groups (the fast engine can)"
+            )
+        stream(
+            _ScoredGroups(self.scorer, requests, g, encode), g, self.sampling, self.generator, feed
+        )
+
     def sync(self, model: torch.nn.Module) -> None:
         """The engine takes `model`'s current weights: nothing to do for `fast` and `hf`, which
         read the modules of the model they were built over; a reload for `vllm`."""
@@ -184,3 +233,44 @@ class LocalRollouts:
     def close(self) -> None:
         if self.scorer.pool is not None:
             self.scorer.pool.close()
+
+
+class _ScoredGroups:
+    """The engine's `GroupRequests` of a streaming source call: samples are encoded on the way
+    in, groups scored on the way out (in the engine's thread, between decode steps)."""
+
+    def __init__(
+        self,
+        scorer: Scorer,
+        requests: SampleRequests,
+        g: int,
+        encode: Callable[[Mapping], list[int]],
+    ) -> None:
+        self.scorer, self.requests, self.g, self.encode = scorer, requests, g, encode
+        self.samples: dict[int, tuple[Mapping[str, Any], float]] = {}  # index -> (sample, t0)
+        self.taken = 0
+
+    def take(self, limit: int, wait: bool) -> list[list[int]]:
+        samples = self.requests.take(limit, wait)
+        now = time.perf_counter()
+        for sample in samples:
+            self.samples[self.taken] = (sample, now)
+            self.taken += 1
+        return [self.encode(s) for s in samples]
+
+    def done(self, index: int, batch: RolloutBatch) -> None:
+        sample, started = self.samples.pop(index)
+        t0 = time.perf_counter()
+        rewards, failures = self.scorer(batch.completion_text, [sample] * self.g)
+        rewards = batch.rewards_with_env(rewards)
+        components, errors = self.scorer.pop_components(), self.scorer.pop_failures()
+        group = Round(
+            batch,
+            rewards,
+            failures,
+            t0 - started,  # the group's latency, admission to its last token
+            time.perf_counter() - t0,
+            components,
+            errors + batch.environment_failures(),
+        )
+        self.requests.done(sample, group)
