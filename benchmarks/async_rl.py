@@ -1,11 +1,14 @@
 """Synchronous and K-step off-policy training side by side: wall time, learning, idle time.
 
-    python benchmarks/async_rl.py [--staleness 0 1 2 4] [--steps N] [--repeats 1]
-                                  [--set key=value ...] [--json out.json] [--keep DIR]
+    python benchmarks/async_rl.py [--staleness 0 1 2 4] [--units batch group] [--steps N]
+                                  [--repeats 1] [--set key=value ...] [--json out.json]
+                                  [--keep DIR]
 
 Runs `rlvr train` once per K in --staleness (0 = on-policy, K > 0 = rollout.max_staleness=K),
 each in a fresh process on the same cores, in the order given (--repeats > 1: interleaved
-rounds, medians reported), on the embedded default unless --set overrides it. For each K:
+rounds, medians reported), on the embedded default unless --set overrides it. With
+`--units ... group`, each K > 0 also runs free-running in groups (rollout.async_mode=free,
+partial_rollouts=true, async_unit=group; reported as "K=k,group"). For each run:
 
   wall_s                   the run's wall time (summary.json), evaluations included
   train_s                  the sum of step_time_s: the steps alone
@@ -41,6 +44,9 @@ def generator_idle(rows: list[dict], busy: float, train_s: float) -> float:
     if rows and all("time_generator_idle_s" in r for r in rows):
         return sum(r["time_generator_idle_s"] for r in rows) / train_s
     return max(0.0, 1.0 - busy / train_s)
+
+
+GROUP = ["rollout.async_mode=free", "rollout.partial_rollouts=true", "rollout.async_unit=group"]
 
 
 def run_once(staleness: int, steps: int | None, overrides: list[str], out: Path) -> dict:
@@ -90,6 +96,7 @@ def median_of(runs: list[dict]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2, 4])
+    parser.add_argument("--units", nargs="+", default=["batch"], choices=["batch", "group"])
     parser.add_argument("--steps", type=int, help="training.steps (default: the config's)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--set", action="append", default=[], help="a config override")
@@ -101,16 +108,22 @@ def main() -> int:
         "benchmarks/cluster_model.py --sync-run DIR/k0-0 --async-run DIR/k4-0",
     )
     args = parser.parse_args()
-    results: dict[int, list[dict]] = {k: [] for k in args.staleness}
+    arms = [
+        (f"K={k}" + (",group" if unit == "group" else ""), k, GROUP if unit == "group" else [])
+        for k in args.staleness
+        for unit in args.units
+        if unit == "batch" or k > 0
+    ]
+    results: dict[str, list[dict]] = {name: [] for name, _, _ in arms}
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep if args.keep is not None else Path(tmp)
         for round_ in range(args.repeats):
-            for k in args.staleness:
-                out = root / f"k{k}-{round_}"
-                results[k].append(run_once(k, args.steps, args.set, out))
-                r = results[k][-1]
+            for name, k, extra in arms:
+                out = root / f"k{k}{'-group' if extra else ''}-{round_}"
+                results[name].append(run_once(k, args.steps, [*args.set, *extra], out))
+                r = results[name][-1]
                 print(
-                    f"K={k}  wall {r['wall_s']:.1f}s  steps {r['train_s']:.1f}s  "
+                    f"{name}  wall {r['wall_s']:.1f}s  steps {r['train_s']:.1f}s  "
                     f"learner idle {r['learner_idle_fraction']:.2f}  generator idle "
                     f"{r['generator_idle_fraction']:.2f}  staleness max {r['staleness_max']}  "
                     f"accuracy after {r.get('eval_after', {}).get('accuracy', float('nan')):.3f}",
@@ -120,7 +133,7 @@ def main() -> int:
         "overrides": args.set,
         "steps": args.steps,
         "repeats": args.repeats,
-        "runs": {f"K={k}": median_of(v) for k, v in results.items()},
+        "runs": {name: median_of(v) for name, v in results.items()},
     }
     base = report["runs"].get("K=0")
     if base:
