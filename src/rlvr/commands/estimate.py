@@ -31,7 +31,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--precision",
         default="auto",
         choices=PRECISIONS,
-        help="auto = the config's model.precision as rlvr train resolves it on model.device; "
+        help="auto = the config's model.precision as rlvr train resolves it on model.device "
+        "(on a CPU by its start-up probe, run here); "
         "bf16-mixed = fp32 master weights and moments with bf16 activations (default: auto)",
     )
     parser.add_argument("--world-size", type=int, default=1, help="data-parallel ranks")
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    precision = planned_precision(args.precision, cfg.model, device)
+    precision, why = planned_precision(args.precision, cfg.model, device, shape)
     prompt_tokens, source = args.prompt_tokens, "--prompt-tokens"
     if not prompt_tokens:
         prompt_tokens, source = task_prompt_tokens(cfg)
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         f"together, of up to {prompt_tokens}+{cfg.rollout.max_new_tokens} tokens; prompt "
         f"tokens: {source})"
     )
+    if why:
+        note += f"\n{why}"
     print(format_report(shape, parts, precision, note))
     return 0
 

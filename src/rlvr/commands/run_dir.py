@@ -16,6 +16,7 @@ from rlvr.errors import UserError
 
 RUN_FILES = (
     "config.yaml",
+    "precision.json",
     "metrics.jsonl",
     "summary.json",
     "samples",

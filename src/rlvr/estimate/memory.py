@@ -77,7 +77,8 @@ Full fine-tuning with AdamW costs 16 bytes per trainable parameter in fp32 and i
 bf16: a 7B model in bf16-mixed needs 108 GB for them alone.
 
 Decision: the estimate is what rlvr itself would allocate for the configuration (precision
-"auto" = model.precision as `rlvr train` resolves it: bf16-mixed on CUDA, fp32 on a CPU),
+"auto" = model.precision as `rlvr train` resolves it: bf16-mixed on CUDA; on a CPU the layout
+the start-up probe of rlvr.models.precision_probe measures faster here, at the model's shapes),
 planned for the worst step (every completion at C tokens, every group with a signal), with
 `--precision` to plan other layouts. Parameter counts come from building the model on the meta
 device, so no weights are read or downloaded. benchmarks/memory.py measures it against runs.
@@ -362,13 +363,24 @@ def _update(
     }
 
 
-def planned_precision(precision: str, model: Any, device: str) -> str:
-    """The layout to plan: `precision` (the --precision flag) unless 'auto', then what `rlvr
-    train` would use for the config's model section on `device` ('cpu'/'cuda'; a CUDA device
-    is assumed to support bf16)."""
+def planned_precision(
+    precision: str, model: Any, device: str, shape: ModelShape
+) -> tuple[str, str]:
+    """(the layout to plan, a note on it): `precision` (the --precision flag) unless 'auto',
+    then what `rlvr train` would use for the config's model section on `device` ('cpu'/'cuda';
+    a CUDA device is assumed to support bf16): under auto with model.dtype auto on a CPU, what
+    the start-up probe measures on this machine at `shape`'s sizes (another CPU may differ)."""
     if precision != "auto":
-        return precision
-    return model.training_precision(device)
+        return precision, ""
+    if device != "cpu" or (model.precision, model.dtype) != ("auto", "auto"):
+        return model.training_precision(device), ""
+    from rlvr.models.precision_probe import probe
+
+    found = probe(shape.hidden_size, shape.ffn, shape.kv_dim)
+    return (
+        found.choice,
+        f"(precision auto on a CPU: rlvr train probes at start-up; here {found.reason})",
+    )
 
 
 def _count(n: int) -> str:

@@ -13,7 +13,9 @@ import torch
 
 from rlvr.config import ModelConfig
 from rlvr.data.fewshot import chat_turns, render_plain
-from rlvr.errors import ModelLoadError
+from rlvr.errors import ModelLoadError, UserError
+from rlvr.models import precision_probe
+from rlvr.models.precision_probe import ProbeResult
 
 EMBEDDED = "embedded"
 EMBEDDED_SMALL = "embedded-small"
@@ -48,11 +50,41 @@ class Precision:
              bf16-mixed), and its moments and the gradients follow them
     compute  the dtype the learner's forward passes run in under torch.autocast, or None for no
              autocast (the weights' own dtype)
+    probe    model.precision=auto on a CPU: the start-up probe that chose `name`
     """
 
     name: str
     weights: torch.dtype
     compute: torch.dtype | None
+    probe: ProbeResult | None = None
+
+    def record(self) -> dict[str, Any]:
+        """summary.json's and precision.json's keys: precision, and precision_probe (ratio,
+        fp32_s, bf16_s, reason) when the probe decided."""
+        out: dict[str, Any] = {"precision": self.name}
+        if self.probe is not None:
+            out["precision_probe"] = self.probe.as_dict()
+        return out
+
+    @classmethod
+    def from_record(cls, record: Any, where: str) -> Precision:
+        """The Precision a `record` (read from `where`) holds."""
+        name = record.get("precision") if isinstance(record, dict) else None
+        if name not in PRECISION_DTYPES:
+            raise UserError(f"{where}: expected a precision of {', '.join(PRECISION_DTYPES)}")
+        p = record.get("precision_probe")
+        probed = None
+        if isinstance(p, dict):
+            probed = ProbeResult(
+                name, p.get("ratio"), p.get("fp32_s"), p.get("bf16_s"), str(p.get("reason"))
+            )
+        return cls(name, *PRECISION_DTYPES[name], probed)
+
+    def line(self) -> str | None:
+        """The one line a run logs when the probe timed its choice; None otherwise."""
+        if self.probe is None or self.probe.ratio is None:
+            return None
+        return f"precision: auto -> {self.name} ({self.probe.reason})"
 
 
 PRECISION_DTYPES = {
@@ -63,12 +95,31 @@ PRECISION_DTYPES = {
 }
 
 
-def resolve_precision(cfg: ModelConfig, device: torch.device) -> Precision:
+def resolve_precision(cfg: ModelConfig, device: torch.device, *, probe: bool = True) -> Precision:
     """model.precision on `device` (`ModelConfig.training_precision`): auto = bf16-mixed on CUDA
-    with bf16, fp32 elsewhere, or the pure layout of an explicit model.dtype."""
+    with bf16, or the pure layout of an explicit model.dtype; on a CPU, auto with model.dtype
+    auto is what the start-up probe (rlvr.models.precision_probe) measures faster for the
+    model's layer sizes, fp32 or bf16-mixed (with `probe=False`: fp32)."""
     bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     name = cfg.training_precision(device.type, bf16_supported=bf16)
-    return Precision(name, *PRECISION_DTYPES[name])
+    if not probe or device.type != "cpu" or (cfg.precision, cfg.dtype) != ("auto", "auto"):
+        return Precision(name, *PRECISION_DTYPES[name])
+    result = _probe(cfg)
+    return Precision(result.choice, *PRECISION_DTYPES[result.choice], result)
+
+
+def _probe(cfg: ModelConfig) -> ProbeResult:
+    """The precision probe at the layer sizes of the model's config.json."""
+    from transformers import AutoConfig
+
+    path, extra = _source(cfg.name_or_path, cfg.gguf_file, cfg.trust_remote_code)
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code, **extra)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(
+            f"model.name_or_path: cannot read a config from '{path}': {_first_line(e)}"
+        ) from None
+    return precision_probe.probe(*precision_probe.layer_sizes(config))
 
 
 def resolve_model_path(name_or_path: str, gguf_file: str | None = None) -> str:

@@ -12,6 +12,7 @@ fsdp_root      FSDP2's root unit; a log-prob function called through it runs wit
                parameters gathered (rlvr.distributed.fsdp)
 compute_dtype  bf16 under model.precision=bf16-mixed: the learner's passes run under
                torch.autocast (`autocast`) over fp32 weights; None: in the weights' dtype
+precision      model.precision as resolved (`run_precision`: measured under auto on a CPU)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import copy
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,16 +31,17 @@ from rlvr.distributed.world import World
 from rlvr.environments import PYTHON_TOOL_SCHEMA
 from rlvr.errors import ConfigError
 from rlvr.models.loading import (
+    Precision,
     PromptEncoder,
     load_model,
     load_tokenizer,
-    resolve_precision,
     uses_chat_template,
 )
 from rlvr.models.lora import is_lora, reference_context
 from rlvr.rollout import Engine, build_engine
 from rlvr.rollout.engines import engine_options
 from rlvr.rollout.multi_turn import with_environment
+from rlvr.runs.run import run_precision
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Policy:
     fsdp_root: Any
     world: World
     device: torch.device
+    precision: Precision
     compute_dtype: torch.dtype | None = None
     whole_model: torch.nn.Module | None = None
 
@@ -170,17 +174,31 @@ def check_policy_config(cfg: Config, world: World) -> None:
         )
 
 
-def build_policy(cfg: Config, world: World, device: torch.device) -> Policy:
+def build_policy(
+    cfg: Config,
+    world: World,
+    device: torch.device,
+    *,
+    resumed: Path | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> Policy:
     """Tokenizer, model (replicas start identical), reference, rollout copy, FSDP sharding.
 
     The weights load in model.precision's weight dtype (fp32 masters under bf16-mixed); the
     reference and the rollout replica take the same dtype, so the reference's log-probs match
     the policy's at step 0 and the engines generate from the weights as trained (fp32 under
     bf16-mixed: engines run no autocast). LoRA under bf16-mixed loads its frozen base in bf16:
-    only the adapters train, and peft keeps them in fp32 over a 16-bit base."""
+    only the adapters train, and peft keeps them in fp32 over a 16-bit base.
+
+    The precision is rank 0's (`run_precision`; `resumed`: the run directory being resumed,
+    whose recorded precision is kept), so the ranks agree whatever each would measure; its
+    line goes to `log` when a probe measured it."""
     check_policy_config(cfg, world)
     m = cfg.model
-    precision = resolve_precision(m, device)
+    precision = world.broadcast_object(run_precision(m, device, resumed) if world.is_main else None)
+    line = precision.line()
+    if line:
+        log(line)
     dtype = precision.compute if m.lora_rank and precision.compute else precision.weights
     tokenizer = load_tokenizer(m.name_or_path, m.trust_remote_code, m.gguf_file)
     model = load_model(m, device, dtype, train=True)
@@ -216,6 +234,7 @@ def build_policy(cfg: Config, world: World, device: torch.device) -> Policy:
         fsdp_root=fsdp_root,
         world=world,
         device=device,
+        precision=precision,
         compute_dtype=precision.compute,
         whole_model=whole_model,
     )

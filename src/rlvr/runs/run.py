@@ -10,6 +10,8 @@
   step in progress finishes, a checkpoint is written, `TrainingInterrupted` says how to resume);
   under torchrun every rank agrees on the decision.
 - `write_summary`: summary.json, atomically.
+- `run_precision`, `write_precision`: model.precision as the run resolves it, recorded in
+  precision.json so that a resumed run keeps it (auto on a CPU is measured: it could differ).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from typing import Any
 
 import torch
 
-from rlvr.config import CheckpointConfig, EvalConfig, LoggingConfig
+from rlvr.config import CheckpointConfig, EvalConfig, LoggingConfig, ModelConfig
 from rlvr.distributed.world import World
 from rlvr.errors import UserError
+from rlvr.models.loading import Precision, resolve_precision
 from rlvr.observe.loggers import build_loggers
 from rlvr.observe.metrics import JsonlWriter, Progress
 
@@ -206,9 +209,36 @@ class CheckpointTriggers:
 
 def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
     """RUN_DIR/summary.json, written to a temp file and renamed into place."""
-    tmp = run_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(run_dir / "summary.json")
+    _write_json(run_dir / "summary.json", summary)
+
+
+def _write_json(path: Path, obj: Mapping[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    tmp.replace(path)
+
+
+PRECISION_FILE = "precision.json"
+
+
+def run_precision(cfg: ModelConfig, device: torch.device, resumed: Path | None) -> Precision:
+    """model.precision of a run (`resolve_precision`). A resumed run (`resumed`: its directory)
+    under auto with model.dtype auto takes the layout its precision.json recorded and never
+    probes again: the same CPU may measure otherwise another day, another machine surely. A
+    directory without one predates the probe, whose auto was fp32 on a CPU: so it stays."""
+    path = resumed / PRECISION_FILE if resumed is not None else None
+    if path is not None and path.is_file() and (cfg.precision, cfg.dtype) == ("auto", "auto"):
+        try:
+            record = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise UserError(f"--resume: {path}: not JSON ({e})") from None
+        return Precision.from_record(record, f"--resume: {path}")
+    return resolve_precision(cfg, device, probe=resumed is None)
+
+
+def write_precision(run_dir: Path, precision: Precision) -> None:
+    """RUN_DIR/precision.json: the run's `Precision.record()`, for a resume to keep."""
+    _write_json(run_dir / PRECISION_FILE, precision.record())
 
 
 # (metric key, label, format) of an eval line, in order; a key the metrics lack is left out

@@ -35,6 +35,7 @@ from rlvr.config import dump_yaml, to_dict
 from rlvr.config.checks import precision_warning
 from rlvr.errors import ConfigError, UserError
 from rlvr.forward.packing import block_causal_mask
+from rlvr.models.loading import Precision
 from rlvr.runs.allocator import keep_freed_memory
 from rlvr.runs.checkpoint import (
     check_same_config,
@@ -49,6 +50,8 @@ from rlvr.runs.run import (
     RunLog,
     TrainingInterrupted,
     eval_line,
+    run_precision,
+    write_precision,
     write_summary,
 )
 from rlvr.sft.config import DEFAULT_EVAL_TOKENS, SFTConfig
@@ -181,6 +184,7 @@ class SFTRun:
     device: torch.device
     pack_length: int
     total_steps: int
+    precision: Precision  # model.precision as resolved (`run_precision`)
     compute_dtype: torch.dtype | None = None  # model.precision's autocast dtype (bf16-mixed)
 
     @property
@@ -191,7 +195,8 @@ class SFTRun:
 def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -> SFTRun:
     """Data, model (from `ckpt` when resuming), optimizer, scheduler and held-out problems.
 
-    Every check of user input happens here, before the run directory is written.
+    Every check of user input happens here, before the run directory is written. A resumed
+    run (`ckpt` in RUN_DIR/checkpoints/) keeps the precision RUN_DIR recorded.
     """
     from rlvr.data.registry import build_task, heldout_size
     from rlvr.models.loading import (
@@ -199,7 +204,6 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
         load_model,
         load_tokenizer,
         resolve_device,
-        resolve_precision,
         uses_chat_template,
     )
     from rlvr.rewards.compose import build_verifier
@@ -211,7 +215,10 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
     device = resolve_device(cfg.model.device)
     # model.precision as rlvr train reads it: fp32 masters under bf16-mixed (a LoRA base in
     # bf16: only its fp32 adapters train), pure weights of an explicit model.dtype
-    precision = resolve_precision(cfg.model, device)
+    precision = run_precision(cfg.model, device, ckpt.parents[1] if ckpt is not None else None)
+    line = precision.line()
+    if line:
+        log(line)
     dtype = precision.compute if cfg.model.lora_rank and precision.compute else precision.weights
     pure = precision_warning(cfg.model)
     if pure:
@@ -286,6 +293,7 @@ def prepare_sft(cfg: SFTConfig, ckpt: Path | None, log: Callable[[str], None]) -
         device=device,
         pack_length=pack_length,
         total_steps=total_steps,
+        precision=precision,
         compute_dtype=precision.compute,
     )
 
@@ -425,7 +433,7 @@ def run_sft(
     step, previous_wall = 0, 0.0
     if cfg.checkpoint.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
-    summary: dict[str, Any] = {"model": cfg.model.name_or_path}
+    summary: dict[str, Any] = {"model": cfg.model.name_or_path, **run.precision.record()}
     if ckpt is not None:
         state = restore_trainer_state(run, ckpt)
         step, previous_wall = state["step"], state["wall_seconds"]
@@ -437,6 +445,7 @@ def run_sft(
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         dump_yaml(cfg, run_dir / "config.yaml")
+        write_precision(run_dir, run.precision)
         (run_dir / "metrics.jsonl").write_text("")  # a fresh run never appends to an old one
     trainable, total_params = trainable_parameters(run.model)
     log(

@@ -45,6 +45,7 @@ from rlvr.runs.run import (
     TrainingAborted,
     TrainingInterrupted,
     eval_line,
+    write_precision,
     write_summary,
 )
 from rlvr.training.collect import Collector, ScoredRollouts
@@ -92,7 +93,8 @@ class GRPOTrainer:
             keep_freed_memory(0 < cfg.training.map_large_blocks_from <= r.max_new_tokens)
         self.verifier = build_verifier(cfg.reward.verifier)
         self.task = build_task(cfg.data)
-        self.policy = build_policy(cfg, self.world, self.device)  # weights: model.precision
+        resumed = run_dir if resume else None  # a resumed run keeps its recorded precision
+        self.policy = build_policy(cfg, self.world, self.device, resumed=resumed, log=self.log)
         self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
         self.encode = self.policy.encode
         # multi-turn around the engine when one is named
@@ -173,6 +175,7 @@ class GRPOTrainer:
             self.rollouts.resume_with(restored.get("pending"), self.step)
         if main:
             dump_yaml(cfg, self.run_dir / "config.yaml")
+            write_precision(self.run_dir, self.policy.precision)
         out = RunLog(
             self.run_dir,
             to_dict(cfg),
@@ -320,6 +323,7 @@ class GRPOTrainer:
     def _start_summary(self, restored: dict | None) -> tuple[dict[str, Any], list, int]:
         """(summary so far, metric history, first step) of a fresh or resumed run."""
         summary: dict[str, Any] = {"model": self.cfg.model.name_or_path}
+        summary.update(self.policy.precision.record())  # precision, precision_probe
         if self.data_report is not None:
             summary["data_filter"] = self.data_report
         if restored is None:
