@@ -251,4 +251,52 @@ def test_estimate_plans_fp32_masters_and_a_bf16_compute_copy(tmp_path, capsys):
     assert pure["bytes/trainable param"] == "8.0"
     assert fp32["compute_copy"] == pure["compute_copy"] == "0.0 MiB"
     assert mixed["compute_copy"] != "0.0 MiB"
-    assert mixed["kv_cache"] == fp32["kv_cache"]  # the engines decode the fp32 masters
+    # on a CPU the engines decode the fp32 masters (rollout.dtype=auto); a bf16 copy costs a
+    # cast replica and halves the K/V
+    assert mixed["replica"] == fp32["replica"] == "0.0 MiB"
+    assert mixed["kv_cache"] == fp32["kv_cache"]
+    cast = report("model.precision=bf16-mixed", "rollout.dtype=bfloat16")
+    # (the kv_cache row is the larger of generation and evaluation: evaluation decodes fp32)
+    half = float(fp32["generation phase"].split()[0]) / 2
+    assert cast["replica"] != "0.0 MiB" and float(cast["generation phase"].split()[0]) == half
+    gpu = report("model.precision=bf16-mixed", "model.device=cuda")
+    assert gpu["replica"] == cast["replica"] and gpu["generation phase"] == cast["generation phase"]
+
+
+@needs_bf16
+def test_under_bf16_mixed_rollouts_decode_a_bf16_copy_synced_before_each_rollout(tmp_path):
+    """rollout.dtype=bfloat16 under bf16-mixed: the engine decodes a replica cast to bf16, which
+    holds the learner's weights (cast) whenever a batch is drawn; the update corrects for the
+    sampler and reports its drift, which stays small. rollout.dtype=auto on a CPU keeps decoding
+    the fp32 masters themselves."""
+    from rlvr.training.grpo import GRPOTrainer
+
+    bf16 = ["model.precision=bf16-mixed", "rollout.dtype=bfloat16"]
+    cfg = load_config(None, ["training.steps=3", *bf16, "eval.size=4", "optimizer.lr=3e-3"])
+    (tmp_path / "run").mkdir()
+    (tmp_path / "masters").mkdir()
+    t = GRPOTrainer(cfg, tmp_path / "run", progress=False, log=lambda _m: None)
+    policy = t.policy
+    assert (
+        policy.rollout_cast and t.correct_sampler and t.drift_limit == cfg.rollout.max_logprob_drift
+    )
+    assert next(policy.rollout_model.parameters()).dtype == torch.bfloat16
+    assert next(policy.model.parameters()).dtype == torch.float32
+    synced = []
+    collect = t.collector.collect
+
+    def check(step, feed=None):
+        for (name, p), q in zip(policy.model.named_parameters(), policy.rollout_model.parameters()):
+            assert torch.equal(q, p.detach().to(torch.bfloat16)), name
+        synced.append(step)
+        return collect(step, feed)
+
+    t.collector.collect = check
+    t.train()
+    assert synced == [1, 2, 3]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    drift = [r["rollout_logprob_drift_mean"] for r in rows if r.get("step", 0) >= 1]
+    assert len(drift) == 3 and all(0 < d < 0.1 for d in drift)
+    fp32 = load_config(None, ["training.steps=1", "model.precision=bf16-mixed"])
+    masters = GRPOTrainer(fp32, tmp_path / "masters", progress=False, log=lambda _m: None)
+    assert masters.policy.rollout_model is masters.policy.model and not masters.correct_sampler

@@ -198,6 +198,8 @@ class RolloutWorker:
 
         device = resolve_device(model_cfg.device)
         dtype = resolve_dtype(model_cfg.dtype, device)
+        if rollout_cfg.dtype != "auto":  # rollout.dtype, as the driver's replica holds it
+            dtype = getattr(torch, rollout_cfg.dtype)
         tokenizer = load_tokenizer(
             model_cfg.name_or_path, model_cfg.trust_remote_code, model_cfg.gguf_file
         )

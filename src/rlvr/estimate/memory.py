@@ -24,13 +24,18 @@ of one step):
                                     (b_w; LoRA: 4)
   reference       N * b_w           only with algorithm.kl_coef > 0 and without LoRA (LoRA's
                                     reference is the adapter-disabled policy: no copy)
-  replica         c * N * b_w       whole copies the engine generates from: c = 1 under FSDP
-                                    and one-step off-policy generation, c = K under
-                                    rollout.max_staleness=K (the replica and the K - 1 weight
-                                    copies queued batches carry), K + 1 with FSDP (evaluation
-                                    and saving gather into a whole copy of their own)
+  replica         N * b_r + c * N * b_w
+                                    the replica the engine generates from (under FSDP, under
+                                    background rollouts, and whenever b_r != b_w: a copy cast
+                                    to rollout.dtype; b_r: 2 for bf16; auto: on CUDA 2 unless
+                                    fp32, on a CPU b_w),
+                                    plus c = K - 1 weight copies queued batches carry under
+                                    rollout.max_staleness=K, and one more with FSDP when the
+                                    replica is stale or cast (evaluation and saving gather
+                                    into a whole copy of their own)
 
-  generation (and evaluation, with eval's length and samples): the engine's own memory
+  generation (and evaluation, with eval's length and samples): the engine's own memory, in
+  b_r (evaluation: b_w when the replica is cast or stale: it decodes the trained weights)
   kv_cache        2 * L * k * ceil64(P + C) * R * b_w
                                     the fast engine's slot buffers (length rounded up to 64);
                                     vllm: rollout.vllm_kv_cache_gb
@@ -143,6 +148,9 @@ class RunPlan:
     eval_new_tokens: int = 0  # 0: no evaluation; else its completion limit
     eval_samples: int = 1  # completions per held-out prompt in the widest evaluation pass
     replicas: int = 0  # whole copies of the weights for generation (off-policy, FSDP)
+    staleness: int = 0  # rollout.max_staleness (or off_policy_steps)
+    sharded: bool = False  # FSDP over more than one rank
+    rollout_dtype: str = "auto"  # rollout.dtype
     vllm_kv_bytes: float = 0.0  # vllm: its KV cache (CPU: rollout.vllm_kv_cache_gb)
     device: str = "cpu"  # "cpu" or "cuda"
 
@@ -239,6 +247,15 @@ def estimate(
     b_t = 4 if lora else b_w
     b_a = 4 if precision == "fp32" else 2
     moments = 2 * b_t
+    # the engine's weights and K/V: rollout.dtype (auto: on CUDA the compute dtype, bf16 but
+    # in fp32; on a CPU the trained weights' own)
+    compute = 4 if precision == "fp32" else 2
+    auto = compute if plan.device == "cuda" else b_w
+    b_r = {"float32": 4, "bfloat16": 2}.get(plan.rollout_dtype, auto)
+    cast = b_r != b_w  # a replica cast to it, even on-policy (build_policy)
+    # FSDP with background rollouts or a cast replica: the whole copy evaluation and saving
+    # gather into, in the trained dtype
+    whole = plan.sharded and (plan.staleness > 0 or cast)
     shard = world_size if fsdp else 1
     n, t = shape.num_parameters, shape.trainable_parameters
     base = n - t if lora else n  # frozen base weights under LoRA are never sharded apart
@@ -247,11 +264,17 @@ def estimate(
         "weights": (base * b_w + (t * b_t if lora else 0)) / shard,
         "optimizer": t * moments / shard,
         "reference": (n * b_w / shard) if (kl_coef > 0 and not lora) else 0.0,
-        "replica": plan.replicas * n * b_w,
+        # the replica in b_r, the K - 1 copies queued batches carry and the whole copy in b_w
+        "replica": (
+            int(plan.replicas > 0 or cast) * n * b_r
+            + (max(plan.replicas - 1, 0) + int(whole)) * n * b_w
+        ),
     }
-    generation = _generation(shape, plan, plan.max_new_tokens, plan.group_size, b_w)
+    generation = _generation(shape, plan, plan.max_new_tokens, plan.group_size, b_r)
+    # evaluation decodes the trained weights when the replica is cast (or stale)
+    b_e = b_w if cast or plan.staleness else b_r
     evaluation = (
-        _generation(shape, plan, plan.eval_new_tokens, plan.eval_samples, b_w)
+        _generation(shape, plan, plan.eval_new_tokens, plan.eval_samples, b_e)
         if plan.eval_new_tokens
         else {"kv_cache": 0.0, "prefill": 0.0, "weight_copies": 0.0}
     )
@@ -302,8 +325,11 @@ def _generation(
         prefill_tokens = min(prompts, fits) * plan.prompt_tokens
         h = shape.hidden_size
         copies = shape.num_layers * h * (shape.q_dim + 2 * shape.kv_dim + 2 * shape.ffn)
-        if h >= 512 and b_w == 4 and plan.device == "cpu":
-            # oneDNN-packed copies of o/down and the head too (fast_engine.PACK_MIN_HIDDEN)
+        from rlvr.models.precision_probe import bf16_kernels  # torch: only when planning
+
+        if h >= 512 and plan.device == "cpu" and (b_w == 4 or bf16_kernels()):
+            # oneDNN-packed copies of o/down and the head too (fast_engine.PACK_MIN_HIDDEN;
+            # bf16 weights where oneDNN has bf16 kernels, llama_decoder.can_pack)
             copies += shape.num_layers * h * (shape.q_dim + shape.ffn) + shape.vocab_size * h
     else:  # hf: each row prefilled on its own, no kept copies
         prefill_tokens = plan.decoded_rows * plan.prompt_tokens
@@ -418,8 +444,10 @@ def plan_of(
         share_prompts=t.share_prompts,
         eval_new_tokens=(e.max_new_tokens or r.max_new_tokens) if evaluates else 0,
         eval_samples=max(1, e.t1_samples, e.k),
-        # FSDP with background rollouts adds the whole copy evaluation and saving gather into
-        replicas=max(r.staleness, int(sharded)) + int(sharded and r.staleness > 0),
+        replicas=max(r.staleness, int(sharded)),
+        staleness=r.staleness,
+        sharded=sharded,
+        rollout_dtype=r.dtype,
         vllm_kv_bytes=r.vllm_kv_cache_gb * GIB if r.engine == "vllm" else 0.0,
         device=device,
     )

@@ -99,10 +99,12 @@ class GRPOTrainer:
         self.encode = self.policy.encode
         # multi-turn around the engine when one is named
         self.engine = build_rollout_engine(cfg, self.policy.rollout_model, self.tokenizer)
-        # An engine with other kernels than the learner's (vLLM), or a stale one (off-policy):
-        # the update corrects for the sampler, and checks a fresh one agrees with the learner.
-        self.correct_sampler = bool(r.staleness) or not self.engine.exact_logprobs
-        self.drift_limit = 0.0 if self.engine.exact_logprobs else r.max_logprob_drift
+        # An engine with other kernels than the learner's (vLLM) or weights in another dtype
+        # (rollout.dtype), or a stale one (off-policy): the update corrects for the sampler, and
+        # checks a fresh one agrees with the learner.
+        exact = self.engine.exact_logprobs and not self.policy.rollout_cast
+        self.correct_sampler = bool(r.staleness) or not exact
+        self.drift_limit = 0.0 if exact else r.max_logprob_drift
         self.sampling = SamplingParams(
             temperature=r.temperature,
             top_p=r.top_p,
@@ -128,9 +130,10 @@ class GRPOTrainer:
         self.data_report = self._filter_long_prompts()
         # off-policy: the engine's weights are a stale snapshot; evaluation sees the current ones
         # (the model itself, or under FSDP the whole copy `gather_whole` fills)
+        # (and a replica cast to rollout.dtype: it is synced before rollouts only)
         eval_engine = (
             build_rollout_engine(cfg, self.policy.whole, self.tokenizer)
-            if r.staleness
+            if r.staleness or self.policy.rollout_cast
             else self.engine  # with FSDP the replica is synced before every evaluation
         )
         self.evaluate = heldout_eval(cfg, self.task, eval_engine, self.encode, self.verifier)
