@@ -56,8 +56,8 @@ class _StopTraining(Exception):
 
 
 def _trainer(overrides: list[str], run_dir: Path) -> Any:
-    from rlvr.commands.run_dir import create_run_dir
     from rlvr.config import load_config
+    from rlvr.runs.run_dir import create_run_dir
     from rlvr.training.grpo import GRPOTrainer
 
     cfg = load_config(None, overrides)

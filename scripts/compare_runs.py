@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -122,6 +123,11 @@ def computed_sha256(path: Path, added: tuple[str, ...] = ()) -> str | None:
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     rows = [r for r in rows if r.get("step", 1) >= 1]
+    # A non-finite value counts as null: metrics.jsonl has written null since issue 36, a bare
+    # NaN before (the same number, computed the same way).
+    rows = [
+        {k: None if v != v or v in (math.inf, -math.inf) else v for k, v in r.items()} for r in rows
+    ]
     rows = [
         {k: v for k, v in r.items() if not k.startswith(WALL_CLOCK) and k not in added}
         for r in rows

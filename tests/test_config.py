@@ -270,7 +270,7 @@ def test_importing_the_config_imports_neither_torch_nor_the_data_package():
 def test_config_modules_import_only_errors_algorithm_names_and_each_other():
     src = Path(__file__).parent.parent / "src" / "rlvr" / "config"
     allowed = {"rlvr.errors", "rlvr.algorithms.names", "rlvr.config.fields", "rlvr.config.checks"}
-    allowed |= {"rlvr.config.tree", "rlvr.config.rollout"}
+    allowed |= {"rlvr.config.tree", "rlvr.config.rollout", "rlvr.config.trl"}
     for name in sorted(p.name for p in src.glob("*.py")):
         text = (src / name).read_text(encoding="utf-8")
         assert len(text.splitlines()) < 600, name
@@ -475,3 +475,138 @@ def test_every_example_config_is_free_of_ineffective_options():
     for path in examples:
         if not path.stem.startswith("sft"):
             assert config_warnings(load_config(path)) == [], path.name
+
+
+# --- TRL's names (issue 36) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key, expected",
+    [
+        ("rollout.num_generations", "rollout.group_size"),
+        ("optimizer.learning_rate", "optimizer.lr"),
+        ("rollout.max_completion_length", "rollout.max_new_tokens"),
+        ("grpo.beta", "algorithm.kl_coef"),
+        ("num_generations", "rollout.group_size"),
+        ("training.per_device_train_batch_size", "training.micro_batch_size"),
+    ],
+)
+def test_a_trl_name_suggests_the_rlvr_key_of_the_same_setting(key, expected):
+    with pytest.raises(ConfigError, match=rf"did you mean '{re.escape(expected)}'\? \(TRL's"):
+        load_config(None, [f"{key}=1"])
+    section, _, leaf = key.rpartition(".")  # the same in a YAML file's sections
+    tree = {section: {leaf: 1}} if section else {leaf: 1}
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_config(tree=tree, note=lambda _line: None)
+
+
+def test_a_trl_grpoconfig_yaml_is_translated_with_one_note_per_key(tmp_path):
+    path = tmp_path / "grpo.yaml"
+    path.write_text(
+        "num_generations: 4\n"
+        "max_completion_length: 32\n"
+        "learning_rate: 1.0e-5\n"
+        "beta: 0.04\n"
+        "epsilon: 0.2\n"
+        "epsilon_high: 0.28\n"
+        "loss_type: dapo\n"
+        "scale_rewards: group\n"
+        "per_device_train_batch_size: 8\n"
+        "gradient_accumulation_steps: 2\n"
+        "max_steps: 10\n"
+        "seed: 7\n"
+        "logging_steps: 5\n"
+        "output_dir: out\n"
+        "report_to: none\n"
+        "eval:\n"
+        "  size: 8\n"
+    )
+    notes: list[str] = []
+    cfg = load_config(path, ["training.seed=8"], note=notes.append)
+    assert cfg.rollout.group_size == 4 and cfg.rollout.max_new_tokens == 32
+    assert cfg.optimizer.lr == 1e-5 and cfg.algorithm.kl_coef == 0.04
+    assert (cfg.algorithm.clip_ratio_low, cfg.algorithm.clip_ratio_high) == (0.2, 0.28)
+    assert cfg.algorithm.loss_aggregation == "token_mean"
+    assert (cfg.algorithm.advantage, cfg.algorithm.std, cfg.algorithm.eps) == (
+        "grpo",
+        "sample",
+        1e-4,
+    )
+    # 8 x 2 completions per optimizer step = TRL's generation batch: 4 prompts, one update
+    assert cfg.rollout.prompts_per_step == 4 and cfg.training.micro_batch_size == 8
+    assert cfg.training.mini_batch_size == 0 and cfg.training.steps == 10
+    assert cfg.training.seed == 8  # an override still wins
+    assert cfg.eval.size == 8 and cfg.logging.report_to == ["jsonl"]
+    for name in ("num_generations", "beta", "loss_type", "output_dir", "logging_steps"):
+        assert sum(f"TRL's {name}" in line for line in notes) == 1, (name, notes)
+    assert all("\n" not in line and line.startswith(f"config file {path}") for line in notes)
+    assert any("rollout.group_size=4" in line for line in notes)
+
+
+def test_trl_max_steps_counts_optimizer_steps_and_several_per_generation_make_mini_batches():
+    notes: list[str] = []
+    tree = {
+        "num_generations": 4,
+        "per_device_train_batch_size": 4,
+        "steps_per_generation": 4,
+        "num_iterations": 2,
+        "max_steps": 40,
+    }
+    cfg = load_config(tree=tree, note=notes.append)
+    assert cfg.rollout.prompts_per_step == 4  # 16 completions per generation / 4
+    assert cfg.training.mini_batch_size == 4 and cfg.training.ppo_epochs == 2
+    assert cfg.training.steps == 5  # 40 optimizer steps / (2 passes x 4 mini-batches)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("num_generations: 4\nuse_liger: true\n", "use_liger: neither a section"),
+        ("sync_ref_model: true\n", "TRL's sync_ref_model=true: rlvr has no equivalent"),
+        ("scale_rewards: batch\n", "TRL's scale_rewards: batch has no rlvr equivalent"),
+        ("num_train_epochs: 3\n", "rlvr counts RL steps, not passes over the dataset"),
+        ("report_to: [comet_ml]\n", "report_to: comet_ml"),
+        ("beta: 0.1\nalgorithm:\n  kl_coef: 0.2\n", "algorithm.kl_coef is set twice"),
+        ("steps: 3\n", "did you mean 'training.steps'?"),
+    ],
+)
+def test_a_trl_key_rlvr_cannot_honour_is_a_one_line_error_naming_it(tmp_path, text, expected):
+    path = tmp_path / "grpo.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, note=lambda _line: None)
+    assert expected in str(info.value) and "\n" not in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_a_harmless_trl_key_is_ignored_with_a_note(tmp_path):
+    notes: list[str] = []
+    cfg = load_config(tree={"push_to_hub": False, "min_p": None, "bf16": True}, note=notes.append)
+    assert cfg.model.precision == "bf16-mixed"
+    assert any("push_to_hub: ignored" in line for line in notes)
+    assert any("min_p: null ignored" in line for line in notes)
+
+
+def test_data_path_without_data_task_trains_on_the_dataset_and_says_so():
+    notes: list[str] = []
+    cfg = load_config(None, ["data.path=rows.jsonl"], note=notes.append)
+    assert cfg.data.task == "dataset"
+    assert notes == [
+        "data.path is set, so data.task=dataset (the default task, addition, reads no file)"
+    ]
+    notes.clear()
+    assert load_config(None, ["data.task=dataset", "data.path=r.jsonl"], note=notes.append)
+    assert notes == []  # said in full: nothing to note
+    explicit = load_config(None, ["data.task=addition", "data.path=r.jsonl"], note=notes.append)
+    assert explicit.data.task == "addition" and notes == []  # as asked; config_warnings names it
+    assert any("data.path" in w for w in config_warnings(explicit))
+
+
+@pytest.mark.parametrize("text", ["? \n", "1: 2\nnull: 3\n", "model:\ntop level key: 1\n"])
+def test_top_level_keys_that_are_no_names_are_a_one_line_error(tmp_path, text):
+    # YAML keys may be null, numbers or hold spaces; none is a section or a TRL name
+    path = tmp_path / "odd.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "\n" not in str(e.value) and "neither a section" in str(e.value)

@@ -5,8 +5,8 @@ floors only (so packages on one floor do not import each other):
 
     errors < {algorithms, isolation, markup, plugins} < config < {rewards, observe}
       < {data, environments} < models < {rollout, forward} < distributed < runs
-      < {evaluation, estimate, sample} < {training, sft} < pipeline < commands < cli
-      < __main__
+      < {evaluation, estimate, sample} < {training, sft} < {pipeline, api}
+      < commands < cli < __main__
 
 A top-level module (`errors.py`, `cli.py`, `__main__.py`) is its own package;
 `rlvr/__init__.py` imports nothing from rlvr but `errors`. Every `import` and `from ... import`

@@ -152,8 +152,8 @@ def config_page() -> str:
         "Every key of every configuration tree, generated from the config dataclasses when the "
         "site is built. Keys are set in a `--config FILE.yaml` (nested sections) or as dotted "
         "`key=value` overrides on the command line; unknown keys, wrong types and values out "
-        "of range are rejected before any work starts. `rlvr COMMAND --help` prints the same "
-        "listing.",
+        "of range are rejected before any work starts. `rlvr COMMAND --help all` prints the "
+        "same listing, `rlvr COMMAND --help SECTION` one section of it.",
         "",
         *(f"- [{s.title}](#{s.anchor}): {s.used_by}" for s in SCHEMAS),
         "- [Pipeline file](#pipeline): the YAML file of `rlvr pipeline`",

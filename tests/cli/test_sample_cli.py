@@ -210,6 +210,9 @@ def test_defaults_sample_the_embedded_model_on_addition():
 def test_help_lists_the_sample_config_keys(capsys):
     with pytest.raises(SystemExit):
         main(["sample", "--help"])
+    assert "sampling.k" in capsys.readouterr().out  # the keys by name; their defaults below
+    with pytest.raises(SystemExit):
+        main(["sample", "--help", "all"])
     text = capsys.readouterr().out
     assert "sampling.k = 8" in text and "filter.band_low = 0.1" in text
 

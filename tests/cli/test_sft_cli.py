@@ -85,15 +85,12 @@ def test_help_lists_the_sft_config_keys(capsys):
     with pytest.raises(SystemExit):
         main(["sft", "--help"])
     out = capsys.readouterr().out
-    for key in (
-        "--resume",
-        "data.completion_field",
-        "training.packing",
-        "task.digits",
-        "optimizer.lr = 0.001",
-    ):
+    for key in ("--resume", "data.completion_field", "training.packing", "task.digits"):
         assert key in out, key
     assert "rollout.group_size" not in out
+    with pytest.raises(SystemExit):
+        main(["sft", "--help", "optimizer"])  # a section: its keys with defaults and help
+    assert "optimizer.lr = 0.001" in capsys.readouterr().out
 
 
 def test_cli_sft_on_a_file_of_rows(tmp_path, tiny_model_dir):

@@ -108,6 +108,10 @@ def test_field_mapping_and_numeric_answer(tmp_path):
         "source": "gsm8k",
         "system": "be brief",
         "id": "math-1",
+        # the mapped columns are kept under their own names too (a TRL function may name them)
+        "question": "6*7?",
+        "solution": 42,
+        "origin": "gsm8k",
     }
 
 

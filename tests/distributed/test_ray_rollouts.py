@@ -66,7 +66,7 @@ def _run(run_dir: Path, overrides: list[str], patch=None) -> dict:
     trainer = GRPOTrainer(cfg, run_dir, progress=False, log=lambda _m: None)
     if patch is not None:
         patch(trainer)
-    summary = trainer.train()
+    summary = trainer.train().summary
     # a cluster the trainer started is shut down, one it joined is left running
     assert ray.is_initialized() == joined
     return summary

@@ -253,3 +253,47 @@ def test_a_transcript_marks_tool_output_and_is_escaped():
     assert "&lt;python&gt;" in html and "<python>" not in html
     assert '<span class="tool" title="tool output">&lt;output&gt;6' in html
     assert _completion_html({"completion": "<b>x</b>"}) == "&lt;b&gt;x&lt;/b&gt;"
+
+
+def test_per_function_rewards_verifier_failures_and_resumes_are_in_the_report(tmp_path):
+    from rlvr.observe.events import record_event
+    from rlvr.observe.report import _draw_components, _mark_resumes, load_run
+
+    run_dir = write_run(tmp_path / "trl")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        row |= {"reward/accuracy_reward_mean": 0.1 * row["step"], "reward/format_reward_mean": 1.0}
+        row["verifier_failures"] = 2 if row["step"] == 5 else 0
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    error = {"phase": "train", "kind": "verifier", "component": "accuracy_reward"}
+    error |= {"sample_id": "d-1", "row": 0, "traceback": None}
+    lines = [error | {"step": 5, "error": f"ValueError: boom {EVIL}"}] * 2
+    lines.append(error | {"step": 6, "phase": "eval", "error": "TypeError: other"})
+    (run_dir / "errors.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    record_event(run_dir, "resume", step=4, checkpoint="step-4")
+
+    run_ = load_run(run_dir)
+    assert run_.resumes == [4]
+    ax = _Axes()
+    ax.axvline = lambda x, **kw: ax.lines.append(("resume", x))
+    assert _draw_components(ax, [run_], ["C0"])
+    assert ax.lines[0] == ([1, 2, 3, 4, 5, 6], [0.1 * s for s in range(1, 7)])
+    assert ax.lines[1][1] == [1.0] * 6
+    _mark_resumes(ax, [run_], ["C0"])
+    assert ax.lines[-1] == ("resume", 4)
+
+    assert run(parse(str(run_dir))) == 0
+    html = (run_dir / "report.html").read_text()
+    for name in ("reward_components", "verifier_failures"):
+        assert (run_dir / "plots" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+    assert "<td>step 4</td>" in html  # the runs table: resumed at
+    assert "2 failed training completions" in html
+    assert "<td>train</td><td>verifier</td><td>accuracy_reward</td>" in html
+    assert "<td>2</td><td>5</td><td>5</td>" in html  # lines, first and last step
+    assert "&lt;script&gt;" in html and "<script" not in html
+
+
+def test_a_run_without_errors_says_none_failed(tmp_path):
+    run_dir = write_run(tmp_path / "clean")
+    assert run(parse(str(run_dir))) == 0
+    assert "no errors.jsonl: none failed" in (run_dir / "report.html").read_text()

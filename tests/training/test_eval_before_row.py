@@ -76,9 +76,16 @@ def test_a_resumed_run_keeps_one_step_0_row(tmp_path):
     assert [r["step"] for r in _rows(cut)] == [0, 1, 2]
     assert main(["train", "--quiet", "--resume", "--output-dir", str(cut), *RUN]) == 0
     assert _rows(cut) == _rows(whole)
-    # crashed before any checkpoint: --resume starts over, with a fresh metrics.jsonl
+    # the resume is recorded beside metrics.jsonl (whose rows stay equal), for the report
+    events = [json.loads(line) for line in (cut / "events.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["step"], e["checkpoint"]) for e in events] == [("resume", 2, "step-2")]
+    assert not (whole / "events.jsonl").exists()
+    # crashed before any checkpoint: --resume is an error (it would start over at step 0) and
+    # keeps what is there; --overwrite starts over, with a fresh metrics.jsonl
     early = tmp_path / "early"
     _crash_at(early, 1)
     assert [r["step"] for r in _rows(early)] == [0]
-    assert main(["train", "--quiet", "--resume", "--output-dir", str(early), *RUN]) == 0
+    assert main(["train", "--quiet", "--resume", "--output-dir", str(early), *RUN]) == 2
+    assert [r["step"] for r in _rows(early)] == [0]
+    assert main(["train", "--quiet", "--overwrite", "--output-dir", str(early), *RUN]) == 0
     assert [r["step"] for r in _rows(early)] == [0, 1, 2, 3]

@@ -197,7 +197,7 @@ def test_out_of_memory_in_generation_retries_with_smaller_batches(tmp_path):
         return real(*a, **k)
 
     trainer.engine.generate = fits_only_8_rows
-    summary = trainer.train()
+    summary = trainer.train().summary
     assert summary["steps"] == 2
     assert sizes == [64, 32, 16, 8, 8]  # halved until it fits, then kept for the rest of the run
     oom = [m for m in messages if "[oom]" in m]

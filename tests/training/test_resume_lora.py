@@ -127,7 +127,7 @@ def test_lora_rl_uses_the_adapter_disabled_base_as_reference(tmp_path, tiny_mode
     tokens = make_token_batch(
         [torch.tensor([5, 6, 7])], [torch.tensor([8, 9, 10])], trainer.tokenizer.pad_token_id
     )
-    summary = trainer.train()
+    summary = trainer.train().summary
     ref = trainer.learner.reference_logprobs(tokens)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     with torch.no_grad():

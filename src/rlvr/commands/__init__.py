@@ -7,7 +7,9 @@ only with --debug); the `rlvr` CLI and each module's stand-alone `python -m` ent
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -41,19 +43,103 @@ def standalone_main(
     return dispatch(parser.parse_args([name, *(sys.argv[1:] if argv is None else argv)]))
 
 
-def config_listing(schema: type) -> str:
-    """The `--help` epilog of a command driven by a config tree: every key, default and help."""
+def config_listing(schema: type, section: str | None = None, width: int | None = None) -> str:
+    """The configuration keys of a command driven by a config tree, wrapped to `width` columns
+    (default: the terminal's, 80 without one). Without `section`: the `--help` epilog, every
+    key's name by section; `section` 'all': every key with its default and help; a section
+    ('rollout') or a key ('rollout.group_size'): only those ('' when there is none)."""
     from rlvr.config import describe
 
-    lines = ["configuration keys (set in --config YAML or as key=value overrides):"]
-    section = None
-    for key, default, help_text in describe(schema):
+    width = width or shutil.get_terminal_size((80, 24)).columns
+    rows = describe(schema)
+    if section is None:
+        lines = _wrap(
+            "configuration keys (set in --config YAML or as key=value overrides); "
+            "`--help SECTION` shows a section's keys with their defaults and help (e.g. "
+            "--help rollout), `--help all` every key's:",
+            width,
+            "",
+        )
+        for head in config_sections(schema):
+            keys = [key for key, _, _ in rows if key.split(".", 1)[0] == head]
+            lines += _wrap(f"{head}: {', '.join(keys)}", width, "  ", "      ")
+        return "\n".join(lines)
+    if section != "all":
+        rows = [r for r in rows if r[0] == section or r[0].startswith(section + ".")]
+    lines, current = [], None
+    for key, default, help_text in rows:
         head = key.split(".", 1)[0]
-        if head != section:
-            section = head
+        if head != current:
+            current = head
             lines.append(f"  {head}:")
-        lines.append(f"    {key} = {default!r}\n        {help_text}")
+        lines += _wrap(f"{key} = {default!r}", width, "    ", "        ")
+        lines += _wrap(help_text, width, "        ")
     return "\n".join(lines)
+
+
+def terminal_text(text: str) -> str:
+    """A paragraph for a raw `--help` description, wrapped to the terminal's width."""
+    width = shutil.get_terminal_size((80, 24)).columns
+    return "\n".join(_wrap(" ".join(text.split()), width, ""))
+
+
+def _wrap(text: str, width: int, indent: str, later: str | None = None) -> list[str]:
+    return textwrap.wrap(
+        text,
+        max(width - 1, 40),  # a full-width line wraps early on some terminals
+        initial_indent=indent,
+        subsequent_indent=indent if later is None else later,
+        break_on_hyphens=False,
+    ) or [indent.rstrip()]
+
+
+def config_sections(schema: type) -> list[str]:
+    """The top-level sections of a config tree, in `--help` order."""
+    from rlvr.config import describe
+
+    return list(dict.fromkeys(key.split(".", 1)[0] for key, _, _ in describe(schema)))
+
+
+class ConfigHelp(argparse.Action):
+    """-h/--help [SECTION]: the help (the config keys by name), or one section's keys with
+    their defaults and help (`rlvr train --help rollout`), or one key's (`--help
+    rollout.group_size`), or every key's (`--help all`)."""
+
+    def __init__(self, option_strings: list[str], dest: str, schema: type, **kwargs: Any) -> None:
+        self.schema = schema
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs="?",
+            metavar="SECTION",
+            help="show this help and exit; with SECTION (e.g. rollout, or all) that section's "
+            "configuration keys with their defaults and help",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: Any,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if values is None:
+            parser.print_help()
+            parser.exit()
+        listing = config_listing(self.schema, values)
+        if not listing:
+            parser.error(
+                f"--help {values}: no such section or key; sections: "
+                f"{', '.join(config_sections(self.schema))}, all"
+            )
+        print(listing)
+        parser.exit()
+
+
+def add_config_help(parser: argparse.ArgumentParser, schema: type) -> None:
+    """The -h/--help of a parser made with add_help=False whose epilog lists `schema`."""
+    parser.add_argument("-h", "--help", action=ConfigHelp, schema=schema)
 
 
 def add_run_arguments(
@@ -80,7 +166,8 @@ def add_run_arguments(
             default=None,
             metavar="RUN_DIR",
             help="continue RUN_DIR (or --output-dir) from its newest complete checkpoints/step-N; "
-            "the config must match the run's config.yaml",
+            "without --config its config.yaml is read (key=value overrides on top); the config "
+            "must match it",
         )
         parser.add_argument(
             "--allow-config-change",

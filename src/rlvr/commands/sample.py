@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlvr.commands import add_run_arguments, config_listing, standalone_main
+from rlvr.commands import add_config_help, add_run_arguments, config_listing, standalone_main
 from rlvr.sample.job import SAMPLE_FILES, SampleConfig, format_summary, run_sample
 
 
 def check_sample_dir(output_dir: str | None, overwrite: bool) -> Path:
     """The output directory to use; refuses to clobber an earlier sample run unless `overwrite`."""
-    from rlvr.commands.run_dir import check_run_dir
+    from rlvr.runs.run_dir import check_run_dir
 
     return check_run_dir(output_dir, overwrite, files=SAMPLE_FILES, prefix="sample")
 
@@ -36,7 +36,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "curriculum. With no arguments it samples the embedded model on addition.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=config_listing(SampleConfig),
+        add_help=False,
     )
+    add_config_help(parser, SampleConfig)
     add_run_arguments(
         parser, prefix="sample", example="sampling.k=16 filter.max_per_prompt=4", resume=False
     )

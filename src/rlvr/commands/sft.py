@@ -24,7 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlvr.commands import add_run_arguments, config_listing, resume_dir, standalone_main
+from rlvr.commands import (
+    add_config_help,
+    add_run_arguments,
+    config_listing,
+    resume_dir,
+    standalone_main,
+    terminal_text,
+)
 from rlvr.errors import UserError
 from rlvr.sft.trainer import SFTConfig
 
@@ -33,11 +40,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "sft",
         help="supervised fine-tuning on prompt/completion pairs (no arguments: embedded demo)",
-        description="Supervised fine-tuning with completion-only loss, packing and optional "
-        "LoRA. With no arguments it fine-tunes the embedded model on addition demonstrations.",
+        description=terminal_text(
+            "Supervised fine-tuning with completion-only loss, packing and optional "
+            "LoRA. With no arguments it fine-tunes the embedded model on addition demonstrations."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=config_listing(SFTConfig),
+        add_help=False,
     )
+    add_config_help(parser, SFTConfig)
     add_run_arguments(
         parser, prefix="sft", example="data.path=traces.jsonl optimizer.lr=1e-5", resume=True
     )
@@ -46,11 +57,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.commands.run_dir import check_run_dir, create_run_dir
     from rlvr.config import load_config
     from rlvr.models.loading import resolve_model_path
     from rlvr.observe.loggers import check_available
     from rlvr.rewards.compose import build_verifier
+    from rlvr.runs.run_dir import check_run_dir, create_run_dir
     from rlvr.sft.trainer import SFTConfig, run_sft
 
     resuming = resume_dir(args)

@@ -5,6 +5,9 @@ A tree is a dataclass whose fields are scalars, lists of scalars or further such
   help     one line shown by `--help` and the configuration reference
   choices  allowed values
   ge/gt/le/lt   numeric bounds
+  from_python   what a config built from Python may hold besides the declared type (a
+                function for `reward.verifier`): such a value is kept as it is, and `to_dict`
+                records it as text
 `load_tree` reads YAML, applies dotted `key=value` overrides, checks every type and constraint
 (a one-line `ConfigError` naming the key, with the closest valid key suggested for an unknown
 one) and calls the tree's `validate()` for the checks that involve more than one field.
@@ -83,7 +86,20 @@ def _dataclass_type(cls: type, f: dataclasses.Field) -> type | None:
     return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
 
 
-def _suggest(key: str, candidates: list[str]) -> str:
+def foreign_names(schema: type) -> typing.Mapping[str, str]:
+    """{another library's name for a setting: the tree's dotted key} a schema declares in its
+    `FOREIGN_NAMES` class attribute (the RL tree: TRL's GRPOConfig names), for suggestions."""
+    return getattr(schema, "FOREIGN_NAMES", {})
+
+
+def _suggest(
+    key: str, candidates: list[str], foreign: typing.Mapping[str, str] | None = None
+) -> str:
+    # Another library's name (TRL's num_generations, beta, ...) is matched before spelling:
+    # 'rollout.num_generations' is rollout.group_size, not the nearest string.
+    tail = key.rsplit(".", 1)[-1]
+    if foreign and tail in foreign:
+        return f"; did you mean '{foreign[tail]}'? (TRL's {tail})"
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     if not close:
         # Also match on the last component, so 'rollout.groupsize' finds 'rollout.group_size'.
@@ -191,13 +207,19 @@ def _build(cls: type, data: Any, prefix: str, root: type | None = None) -> Any:
     for name in data:
         if name not in fields:
             full = f"{prefix}{name}"
-            raise ConfigError(f"unknown config key {full!r}{_suggest(full, leaf_keys(root))}")
+            value = data[name]
+            if isinstance(value, dict) and value:  # a section of another name: its first key
+                full = f"{full}.{next(iter(value))}"
+            hint = _suggest(full, leaf_keys(root), foreign_names(root))
+            raise ConfigError(f"unknown config key {full!r}{hint}")
     kwargs = {}
     for name, f in fields.items():
         key = prefix + name
         sub = _dataclass_type(cls, f)
         if sub is not None:
             kwargs[name] = _build(sub, data.get(name), key + ".", root)
+        elif name in data and f.metadata.get("from_python") and _python_valued(data[name]):
+            kwargs[name] = data[name]  # a function (or a list of them) given from Python
         elif name in data:
             value = _coerce(key, data[name], _field_types(cls)[name])
             _check_constraints(key, value, f.metadata)
@@ -384,6 +406,42 @@ def packaged_example(path: Path) -> Path:
     return shipped if shipped.is_file() else path
 
 
+def read_config_file(path: str | Path) -> dict:
+    """The mapping a YAML config file holds (an `examples/NAME.yaml` also from the package);
+    a one-line ConfigError naming the file otherwise."""
+    p = packaged_example(Path(path))
+    if not p.is_file():
+        raise ConfigError(f"config file {p}: not found")
+    tree = read_yaml(p, f"config file {p}") or {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"config file {p}: expected a mapping of sections at the top level")
+    return tree
+
+
+def apply_overrides(schema: type, tree: dict, overrides: list[str] | None) -> dict:
+    """`tree` (nested sections) with the dotted `key=value` overrides set, each key checked
+    against `schema` (values are read for their key's type; checked when the tree is built)."""
+    tree = dict(tree)
+    hints = leaf_hints(schema)
+    valid = set(hints)
+    for text in overrides or []:
+        key, value = parse_override(text, hints)
+        if key not in valid:
+            hint = _suggest(key, sorted(valid), foreign_names(schema))
+            raise ConfigError(f"unknown config key {key!r}{hint}")
+        _set_dotted(tree, key, value)
+    return tree
+
+
+def build_tree(schema: type, tree: dict) -> Any:
+    """The tree `schema` built from a mapping: every key, type and constraint checked, then the
+    schema's `validate(self)` (the checks that involve more than one field) where it has one."""
+    cfg = _build(schema, tree, "")
+    if hasattr(cfg, "validate"):
+        cfg.validate()
+    return cfg
+
+
 def load_tree(
     schema: type,
     path: str | Path | None = None,
@@ -396,29 +454,37 @@ def load_tree(
     `tree` is a mapping to start from instead of a file (pipelines). A schema with a
     `validate(self)` method gets it called for the checks that involve more than one field.
     """
-    tree = dict(tree or {})
-    if path is not None:
-        p = packaged_example(Path(path))
-        if not p.is_file():
-            raise ConfigError(f"config file {p}: not found")
-        tree = read_yaml(p, f"config file {p}") or {}
-        if not isinstance(tree, dict):
-            raise ConfigError(f"config file {p}: expected a mapping of sections at the top level")
-    hints = leaf_hints(schema)
-    valid = set(hints)
-    for text in overrides or []:
-        key, value = parse_override(text, hints)
-        if key not in valid:
-            raise ConfigError(f"unknown config key {key!r}{_suggest(key, sorted(valid))}")
-        _set_dotted(tree, key, value)
-    cfg = _build(schema, tree, "")
-    if hasattr(cfg, "validate"):
-        cfg.validate()
-    return cfg
+    start = read_config_file(path) if path is not None else dict(tree or {})
+    return build_tree(schema, apply_overrides(schema, start, overrides))
 
 
 def to_dict(cfg: Any) -> dict:
-    return dataclasses.asdict(cfg)
+    """The tree as plain data. A value set from Python that YAML cannot hold (a function as
+    `reward.verifier`, or a list of them) is recorded as text: 'module:qualname', items joined
+    by commas, a weight after a colon ('__main__:accuracy_reward,__main__:format_reward:0.2')."""
+    return dataclasses.asdict(cfg, dict_factory=lambda pairs: {k: _readable(v) for k, v in pairs})
+
+
+def _python_valued(value: Any) -> bool:
+    """A function, or a list holding one (or a pair): what only Python can set."""
+    if isinstance(value, (list, tuple)):
+        return any(callable(v) or isinstance(v, (list, tuple)) for v in value)
+    return callable(value)
+
+
+def _readable(value: Any) -> Any:
+    if callable(value):
+        fn = getattr(value, "fn", value)  # a wrapped function: the user's own
+        module = getattr(fn, "__module__", None) or type(fn).__module__
+        return f"{module}:{getattr(fn, '__qualname__', None) or type(fn).__qualname__}"
+    if isinstance(value, (list, tuple)) and _python_valued(value):
+        return ",".join(
+            f"{_readable(v[0])}:{v[1]:g}"
+            if isinstance(v, (list, tuple)) and len(v) == 2 and isinstance(v[1], (int, float))
+            else str(_readable(v))
+            for v in value
+        )
+    return value
 
 
 def dump_yaml(cfg: Any, path: Path) -> None:

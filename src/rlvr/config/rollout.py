@@ -14,8 +14,10 @@ class RewardConfig:
     verifier: str = option(
         "exact_answer",
         "exact_answer, math, code, format, language, countdown, gym, 'module:function', "
-        "'path/file.py:function', "
-        "or a weighted sum like 'math:1.0,format:0.1'",
+        "'path/file.py:function', a TRL reward function ('trl:file.py:function', or detected "
+        "from its signature), or a weighted sum like 'math:1.0,format:0.1'; from Python also "
+        "a function or a list of functions and (function, weight) pairs",
+        from_python="a function, or a list of functions, names and (function, weight) pairs",
     )
     workers: int = option(0, "verifier worker processes (0 = score in the trainer process)", ge=0)
     timeout_s: float = option(10.0, "per-sample limit in the worker pool, seconds", gt=0.0)

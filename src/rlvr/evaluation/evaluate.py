@@ -164,6 +164,7 @@ def _score(
         [samples[i] for i in batch.prompt_index],
         first_row=first_row,
         indices=batch.prompt_index,
+        completion_ids=getattr(batch, "completion_ids", None),  # read by TRL functions only
     )
     moved = [replace(f, row=first_row + f.row) for f in batch.environment_failures()]
     return batch.rewards_with_env(rewards), scorer.pop_failures() + moved
@@ -384,7 +385,7 @@ def evaluate_config(
     from rlvr.runs.policy import build_policy, build_rollout_engine
 
     verifier = build_verifier(cfg.reward.verifier)
-    task = build_task(cfg.data)
+    task = build_task(cfg.data, verifier)
     weights_only = replace(
         cfg,
         algorithm=replace(cfg.algorithm, kl_coef=0.0, kl_in_reward=False),

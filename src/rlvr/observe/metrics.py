@@ -2,6 +2,8 @@
 
 metrics.jsonl is always written: one JSON object per step (after a step-0 object, the held-out
 evaluation before training), flushed at once, so a crashed run keeps every step it finished.
+A non-finite number (a mean over no completions, an overflowed loss) is written as `null`
+(`json_safe`): JSON has no NaN or infinity, and strict parsers reject Python's bare `NaN`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ class JsonlWriter:
         self._file = path.open("a", encoding="utf-8")
 
     def write(self, row: Mapping[str, Any]) -> None:
-        self._file.write(json.dumps(_plain(row), allow_nan=True) + "\n")
+        self._file.write(json.dumps(json_safe(_plain(row)), allow_nan=False) + "\n")
         self._file.flush()
 
     def close(self) -> None:
@@ -35,6 +37,19 @@ def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
             v = v.item()
         out[k] = v
     return out
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every non-finite float (NaN, +-inf), also inside dicts, lists and tuples,
+    replaced by None: what the run directory's JSON files hold instead of Python's bare `NaN`,
+    which is not JSON. Readers treat `null` as "no value"."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def percentile(values: Sequence[float], q: float) -> float:

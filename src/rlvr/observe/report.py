@@ -2,8 +2,9 @@
 
 A run directory (written by `rlvr train`) holds metrics.jsonl (one JSON object per step, names in
 docs/metrics.md; since issue 22 a step-0 row holds the evaluation before training), summary.json
-(eval_before / eval_after), config.yaml and samples/step-N.jsonl. Only metrics.jsonl is required;
-the report says so where another file is missing.
+(eval_before / eval_after), config.yaml, samples/step-N.jsonl, errors.jsonl (the completions
+whose verifier or environment failed) and events.jsonl (where the run was resumed). Only
+metrics.jsonl is required; the report says so where another file is missing.
 
 Decisions:
 - The report is one HTML file with the PNGs embedded as base64 data URIs and inline CSS, so it
@@ -11,7 +12,10 @@ Decisions:
   plots/NAME.png next to it for slides.
 - Every plot is always drawn, with an empty-state note when no run logged its metric (`kl` is
   only logged when β > 0), so two reports always have the same layout.
-- Several runs are overlaid on each plot, one colour per run, labelled by the run directory name.
+- Several runs are overlaid on each plot, one colour per run, labelled by the run directory name;
+  a resume is a dotted vertical line in the run's colour on every plot.
+- Per-function rewards (`reward/<name>_mean`: a weighted sum's components, TRL reward functions)
+  share one plot, one line style per function.
 - Everything taken from a run (prompts, completions, config values) is HTML-escaped: completions
   are model output and may contain markup.
 """
@@ -30,11 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.errors import DataError, UserError
+from rlvr.observe.events import read_events
 
 EVAL_FIELDS = ("accuracy", "pass1_t1", "reasoning_fraction", "mean_length", "n")
 TOP_SAMPLES = 10  # rows in each run's sample audit table
 MAX_DIAGNOSTIC_ROWS = 200  # rows of the diagnostics table; the rest are counted
+MAX_ERROR_ROWS = 20  # distinct errors listed per run; the rest are counted
 _SAMPLES_FILE = re.compile(r"^step-(\d+)\.jsonl$")
+_COMPONENT = re.compile(r"^reward/(.+)_mean$")
+_STYLES = ("-", "--", "-.", ":")
 
 
 @dataclass
@@ -48,6 +56,8 @@ class Run:
     config: dict[str, Any] | None = None
     samples_step: int | None = None
     samples: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] | None = None  # errors.jsonl's lines (None: no such file)
+    resumes: list[int] = field(default_factory=list)  # the steps it was resumed after
 
 
 @dataclass
@@ -121,6 +131,9 @@ def load_run(path: Path) -> Run:
     if steps:
         run.samples_step = max(steps)
         run.samples = read_jsonl(steps[run.samples_step], "one JSON object per completion")
+    if (path / "errors.jsonl").exists():
+        run.errors = read_jsonl(path / "errors.jsonl", "one JSON object per failed completion")
+    run.resumes = [e["step"] for e in read_events(path, "resume") if isinstance(e.get("step"), int)]
     return run
 
 
@@ -204,6 +217,27 @@ def _lines(*keys: tuple[str, str]) -> Callable[[Any, list[Run], list[Any]], bool
     return lambda ax, runs, colors: _draw_lines(ax, runs, colors, list(keys))
 
 
+def reward_components(run: Run) -> list[str]:
+    """The per-function reward names a run logged (reward/<name>_mean), in first-seen order."""
+    names: dict[str, None] = {}
+    for row in run.rows:
+        names.update(dict.fromkeys(m.group(1) for m in map(_COMPONENT.match, row) if m))
+    return list(names)
+
+
+def _draw_components(ax: Any, runs: list[Run], colors: list[Any]) -> bool:
+    """reward/<name>_mean of every function, one line style per function."""
+    drawn = False
+    for run, color in zip(runs, colors):
+        for i, name in enumerate(reward_components(run)):
+            xs, ys = _series(run, f"reward/{name}_mean")
+            if xs:
+                label = name if len(runs) == 1 else f"{run.name}: {name}"
+                ax.plot(xs, ys, _STYLES[i % len(_STYLES)], color=color, label=label, linewidth=1.4)
+                drawn = True
+    return drawn
+
+
 # (file stem, title, y label, draw, note shown when no run logged the metric)
 PLOTS: list[tuple[str, str, str, Callable[[Any, list[Run], list[Any]], bool], str]] = [
     ("reward", "Training reward (mean ± std)", "reward", _draw_reward, "no reward_mean logged"),
@@ -220,6 +254,20 @@ PLOTS: list[tuple[str, str, str, Callable[[Any, list[Run], list[Any]], bool], st
         "tokens",
         _lines(("completion_length_mean", "-"), ("completion_length_p95", "--")),
         "no completion_length_mean logged",
+    ),
+    (
+        "reward_components",
+        "Reward per function (reward/<name>_mean)",
+        "reward",
+        _draw_components,
+        "no per-function rewards logged (a weighted sum or TRL reward functions log them)",
+    ),
+    (
+        "verifier_failures",
+        "Failed completions per step (solid: verifier, dashed: environment)",
+        "completions",
+        _lines(("verifier_failures", "-"), ("environment_failures", "--")),
+        "no verifier_failures logged",
     ),
     ("entropy", "Policy entropy", "nats / token", _lines(("entropy", "-")), "no entropy logged"),
     (
@@ -269,6 +317,7 @@ def make_plots(runs: list[Run]) -> list[Plot]:
         fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
         try:
             if draw(ax, runs, colors):
+                _mark_resumes(ax, runs, colors)
                 ax.legend(fontsize=7, loc="best")
                 ax.grid(alpha=0.3)
             else:
@@ -285,6 +334,14 @@ def make_plots(runs: list[Run]) -> list[Plot]:
             plt.close(fig)
         plots.append(Plot(name, title, buf.getvalue()))
     return plots
+
+
+def _mark_resumes(ax: Any, runs: list[Run], colors: list[Any]) -> None:
+    """A dotted vertical line in the run's colour where each resume continued from."""
+    for run, color in zip(runs, colors):
+        for i, step in enumerate(run.resumes):
+            label = f"{run.name}: resumed" if i == 0 else None
+            ax.axvline(step, color=color, linestyle=":", linewidth=1.2, label=label)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,9 +408,44 @@ def _runs_section(runs: list[Run]) -> str:
                 _fmt(r.rows[-1]["step"] if r.rows else None),
                 _fmt(s.get("model")),
                 _fmt(round(wall, 1) if isinstance(wall, (int, float)) else None),
+                _esc(", ".join(f"step {s}" for s in r.resumes)) if r.resumes else _fmt(None),
             ]
         )
-    return _table(["run", "directory", "last step", "model", "wall seconds"], rows)
+    return _table(["run", "directory", "last step", "model", "wall seconds", "resumed at"], rows)
+
+
+def error_counts(errors: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], int, int, int]]:
+    """((phase, kind, component, error), count, first step, last step) per distinct error of
+    errors.jsonl's lines, most frequent first."""
+    seen: dict[tuple[str, ...], list[int]] = {}
+    for e in errors:
+        key = tuple(str(e.get(k) or "") for k in ("phase", "kind", "component", "error"))
+        step = e.get("step")
+        seen.setdefault(key, []).append(step if isinstance(step, int) else 0)
+    rows = [(key, len(steps), min(steps), max(steps)) for key, steps in seen.items()]
+    return sorted(rows, key=lambda r: (-r[1], r[2]))
+
+
+def _failures_section(runs: list[Run]) -> str:
+    parts = []
+    for r in runs:
+        total = sum(int(row.get("verifier_failures") or 0) for row in r.rows)
+        if r.errors is None:
+            note = f"{total} in metrics.jsonl" if total else "no errors.jsonl: none failed"
+            parts.append(f'<p class="empty">{_esc(r.name)}: {_esc(note)}.</p>')
+            continue
+        counts = error_counts(r.errors)
+        rows = [
+            [*map(_esc, key[:2]), _esc(key[2] or "—"), f"<pre>{_esc(key[3])}</pre>"]
+            + [_fmt(v) for v in numbers]
+            for key, *numbers in counts[:MAX_ERROR_ROWS]
+        ]
+        more = len(counts) - MAX_ERROR_ROWS
+        tail = f'<p class="empty">… and {more} more distinct errors.</p>' if more > 0 else ""
+        header = ["phase", "kind", "function", "error", "lines", "first step", "last step"]
+        title = f"{_esc(r.name)}: {total} failed training completions (verifier_failures)"
+        parts.append(f"<h3>{title}</h3>{_table(header, rows)}{tail}")
+    return "".join(parts)
 
 
 def _eval_section(runs: list[Run]) -> str:
@@ -489,6 +581,7 @@ def render_html(runs: list[Run], plots: list[Plot]) -> str:
         f"<h2>Held-out evaluation</h2>{_eval_section(runs)}"
         f"<h2>Configuration{' differences' if len(runs) > 1 else ''}</h2>{_config_section(runs)}"
         f"<h2>Diagnostics raised</h2>{_diagnostics_section(runs)}"
+        f"<h2>Verifier failures (errors.jsonl)</h2>{_failures_section(runs)}"
         f"<h2>Top-reward samples (latest samples file)</h2>{_samples_section(runs)}"
         "</body></html>\n"
     )

@@ -31,7 +31,7 @@ def run_grpo(cfg: Any, run_dir: Path, log: Log, progress: bool, resume: bool) ->
 
     for line in config_warnings(cfg):  # as `rlvr train` says them
         log(f"warning: {line}")
-    summary = GRPOTrainer(cfg, run_dir, progress=progress, log=log, resume=resume).train()
+    summary = GRPOTrainer(cfg, run_dir, progress=progress, log=log, resume=resume).train().summary
     return {k: summary[k] for k in ("steps", "wall_seconds") if k in summary}
 
 

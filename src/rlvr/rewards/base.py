@@ -74,7 +74,7 @@ def stops_the_run(e: BaseException) -> bool:
     return isinstance(e, (ConfigError, KeyboardInterrupt))
 
 
-def _describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
     """The type and a short repr of a wrong return value: "str '1.0'", "None", "list [1]"."""
     if value is None:
         return "None"
@@ -97,7 +97,7 @@ def return_error(
     <expected>)", marked so that its failure carries no traceback and is keyed by the returned
     type (`failure_of`)."""
     said = f"{field} " if field else ""
-    e = error(f"{source} returned {said}{_describe(value)} (expected {expected})")
+    e = error(f"{source} returned {said}{describe_value(value)} (expected {expected})")
     setattr(e, _RETURNED, type(value).__name__)
     return e
 

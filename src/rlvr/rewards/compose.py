@@ -1,15 +1,22 @@
 """Weighted sums of verifiers, and batch/async adapters around the per-sample signature.
 
-    reward = sum_i weight_i * verifier_i(completion, sample)
+    reward = sum_i weight_i * verifier_i(completion, sample)      (over the components that scored)
 
-A spec "math:1.0,format:0.1" builds one: comma-separated items NAME[:WEIGHT], where NAME is
+A spec "math:1.0,format:0.1" builds one: comma-separated items [trl:]NAME[:WEIGHT], where NAME is
 anything `get_verifier` resolves (a built-in name, 'module:function', 'file.py:function') and
 WEIGHT (default 1.0) is recognised because it parses as a number, which a Python function
-name cannot. `score_components` returns each verifier's unweighted reward under its name, so the
-trainer can log reward/math and reward/format separately (their mean and std), not just the sum.
-A component that raises or returns anything but a finite number fails the whole completion: the
-exception leaves marked with the component's name (`rlvr.rewards.base.mark_component`), so the
-failure's record names it.
+name cannot. `trl:` declares a TRL-shaped batched function (rlvr.rewards.batched), which is also
+detected from its signature without it: `trl:rewards.py:accuracy_reward:1.0,
+trl:rewards.py:format_reward:0.2`. From Python, `reward.verifier` may also be a function
+(per-sample or TRL-shaped) or a list of functions, names and (function, weight) pairs
+(`build_verifier`). `score_components` returns each verifier's unweighted reward under its name,
+so the trainer can log reward/math and reward/format separately (their mean and std), not just
+the sum. A component's name is its spec item ('math', 'my.py:score'), except for a TRL-shaped
+function and a function given from Python, named by its __name__ ('accuracy_reward'), as TRL
+logs them. A TRL function that returns None for a completion is left out of that completion's
+sum and of its `reward/<name>`. A component that raises or returns anything but a finite number
+fails the whole completion: the exception leaves marked with the component's name
+(`rlvr.rewards.base.mark_component`), so the failure's record names it.
 
 The batch adapters never broadcast: completions and samples of different lengths are a bug
 upstream, and a ValueError naming both lengths is raised.
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -27,50 +35,74 @@ from rlvr.rewards.base import (
     Score,
     Verifier,
     checked_reward,
+    describe_value,
     mark_component,
     score_with_detail,
     stops_the_run,
 )
+from rlvr.rewards.batched import BatchedReward, function_name, is_trl_shaped
+from rlvr.rewards.spec import TRL_PREFIX, worker_spec
 
 T = TypeVar("T")
+Component = Any  # a Verifier, or a BatchedReward (rlvr.rewards.batched)
 
 
 class CompositeVerifier:
-    """Weighted sum of named verifiers: `CompositeVerifier({"math": (math_reward, 1.0), ...})`."""
+    """Weighted sum of named verifiers: `CompositeVerifier({"math": (math_reward, 1.0), ...})`.
 
-    def __init__(self, components: Mapping[str, tuple[Verifier, float]]) -> None:
+    A component may be a `BatchedReward` (a TRL-shaped function): `batched_rewards` calls each
+    such component once over a batch, and `score_components` takes its value for one completion
+    from there (without one, it calls the function on that completion alone)."""
+
+    def __init__(self, components: Mapping[str, tuple[Component, float]]) -> None:
         if not components:
             raise ConfigError("reward.verifier: a composite verifier needs at least one component")
         self.components = {name: (v, float(w)) for name, (v, w) in components.items()}
 
     @classmethod
     def from_spec(cls, spec: str) -> CompositeVerifier:
-        from rlvr.rewards.registry import get_verifier
-
-        components: dict[str, tuple[Verifier, float]] = {}
+        items = []
         for item in (part.strip() for part in spec.split(",")):
-            name, weight = _split_weight(item)
-            if not name:
+            target, weight = _split_weight(item)
+            if not target:
                 raise ConfigError(f"reward.verifier: empty item in '{spec}'")
-            if not math.isfinite(weight):
-                raise ConfigError(f"reward.verifier: weight of '{name}' must be finite in '{spec}'")
-            if name in components:
-                raise ConfigError(f"reward.verifier: '{name}' appears twice in '{spec}'")
-            components[name] = (get_verifier(name), weight)
-        return cls(components)
+            items.append((target, weight))
+        return _from_items(items, spec)
 
-    def score_components(self, completion: str, sample: Mapping[str, Any]) -> dict[str, float]:
-        """Each component's unweighted reward, by name, each checked (`checked_reward`); the
-        first component that fails raises, marked with its name."""
-        return {
-            name: _component(name, _checked_call, v, completion, sample, name)
-            for name, (v, _) in self.components.items()
-        }
+    @property
+    def needs(self) -> dict[str, str]:
+        """{sample key: the component that needs it}, over the components that say (`needs`)."""
+        out: dict[str, str] = {}
+        for name, (v, _) in self.components.items():
+            for key in verifier_needs(v, name):
+                out.setdefault(key, name)
+        return out
+
+    def batched(self) -> dict[str, BatchedReward]:
+        return {n: v for n, (v, _) in self.components.items() if isinstance(v, BatchedReward)}
+
+    def score_components(
+        self,
+        completion: str,
+        sample: Mapping[str, Any],
+        batch_values: Mapping[str, Any] | None = None,
+    ) -> dict[str, float]:
+        """Each component's unweighted reward, by name, each checked (`checked_reward`); a TRL
+        function's None leaves its name out. `batch_values`: this completion's raw value of
+        each batched component (`batched_rewards`). The first component that fails raises,
+        marked with its name."""
+        parts = {}
+        for name, (v, _) in self.components.items():
+            value = _component(name, _checked_call, v, completion, sample, name, batch_values)
+            if value is not None:
+                parts[name] = value
+        return parts
 
     def weighted_sum(self, parts: Mapping[str, float]) -> float:
-        """sum_i weight_i * parts[name_i], in component order: the reward of `__call__` and of
-        the trainer's Scorer (one expression, so both give the same float)."""
-        return sum(w * parts[name] for name, (_, w) in self.components.items())
+        """sum_i weight_i * parts[name_i], in component order, over the components in `parts`
+        (a skipped TRL one is not): the reward of `__call__` and of the trainer's Scorer (one
+        expression, so both give the same float)."""
+        return sum(w * parts[name] for name, (_, w) in self.components.items() if name in parts)
 
     def __call__(self, completion: str, sample: Mapping[str, Any]) -> float:
         return self.weighted_sum(self.score_components(completion, sample))
@@ -79,16 +111,27 @@ class CompositeVerifier:
         return self.score_with_components(completion, sample)[0]
 
     def score_with_components(
-        self, completion: str, sample: Mapping[str, Any]
+        self,
+        completion: str,
+        sample: Mapping[str, Any],
+        batch_values: Mapping[str, Any] | None = None,
     ) -> tuple[Score, dict[str, float]]:
-        """`score` and each component's unweighted reward by name, from one call of each.
+        """`score` and each component's unweighted reward by name, from one call of each
+        (`batch_values`: as for `score_components`).
 
         The total is accumulated left to right (what a VerifierPool worker has always returned);
         on Python >= 3.12, whose sum() of floats is compensated, it can differ from
         `weighted_sum` in the last bit."""
         total, details, parts = 0.0, [], {}
         for name, (v, w) in self.components.items():
-            s = _component(name, score_with_detail, v, completion, sample, _who(name))
+            if isinstance(v, BatchedReward):
+                value = _component(name, _checked_call, v, completion, sample, name, batch_values)
+                if value is None:
+                    details.append(f"{name}=skipped")
+                    continue
+                s = Score(value)
+            else:
+                s = _component(name, score_with_detail, v, completion, sample, _who(name))
             total += w * s.reward
             parts[name] = float(s.reward)
             details.append(f"{name}={s.reward:g}" + (f" ({s.detail})" if s.detail else ""))
@@ -104,11 +147,35 @@ class CompositeVerifier:
         )
 
 
+def batched_rewards(
+    composite: CompositeVerifier,
+    completions: Sequence[str],
+    samples: Sequence[Mapping[str, Any]],
+    completion_ids: Sequence[Sequence[int]] | None = None,
+) -> dict[str, list[Any]]:
+    """Each batched component's raw values over the batch, from one call each, in component
+    order; the first that fails raises, marked with its name (it fails the whole batch)."""
+    return {
+        name: _component(name, v.rewards, completions, samples, completion_ids)
+        for name, v in composite.batched().items()
+    }
+
+
 def _who(name: str) -> str:
     return f"the verifier '{name}'"
 
 
-def _checked_call(v: Verifier, completion: str, sample: Mapping[str, Any], name: str) -> float:
+def _checked_call(
+    v: Component,
+    completion: str,
+    sample: Mapping[str, Any],
+    name: str,
+    batch_values: Mapping[str, Any] | None = None,
+) -> float | None:
+    if isinstance(v, BatchedReward):
+        if batch_values is not None and name in batch_values:
+            return v.item(batch_values[name])
+        return v(completion, sample)
     return checked_reward(v(completion, sample), _who(name))
 
 
@@ -137,13 +204,89 @@ def is_composite_spec(spec: str) -> bool:
     return "," in spec or _split_weight(spec)[0] != spec.strip()
 
 
-def build_verifier(spec: str) -> Verifier:
-    """A verifier from a single spec (via the registry) or a weighted sum "math:1.0,format:0.1"."""
+def as_component(fn: Any) -> Component:
+    """A function as a component: a `BatchedReward` when it is TRL-shaped, else itself."""
+    if isinstance(fn, (BatchedReward, CompositeVerifier)) or not is_trl_shaped(fn):
+        return fn
+    return BatchedReward(fn)
+
+
+def _resolve(target: Any, where: str) -> tuple[str, Component]:
+    """(component name, component) of one item: a spec string or a callable."""
     from rlvr.rewards.registry import get_verifier
 
-    if is_composite_spec(spec):
-        return CompositeVerifier.from_spec(spec)
-    return get_verifier(spec)
+    if isinstance(target, str):
+        if target.startswith(TRL_PREFIX) and ":" in target[len(TRL_PREFIX) :]:
+            fn = get_verifier(target[len(TRL_PREFIX) :])
+            return function_name(fn), BatchedReward(fn)
+        v = as_component(get_verifier(target))
+        return (v.name if isinstance(v, BatchedReward) else target), v
+    if callable(target):
+        return function_name(target), as_component(target)
+    raise ConfigError(
+        f"{where}: expected a function, a verifier name or a (function, weight) pair, "
+        f"got {describe_value(target)}"
+    )
+
+
+def _from_items(items: Sequence[tuple[Any, Any]], spec: str) -> CompositeVerifier:
+    components: dict[str, tuple[Component, float]] = {}
+    for i, (target, weight) in enumerate(items):
+        where = f"reward.verifier[{i}]" if spec == "" else "reward.verifier"
+        name, v = _resolve(target, where)
+        shown = f" in '{spec}'" if spec else ""
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+            raise ConfigError(f"{where}: weight of '{name}' must be a number, got {weight!r}")
+        if not math.isfinite(weight):
+            raise ConfigError(f"reward.verifier: weight of '{name}' must be finite{shown}")
+        if name in components:
+            raise ConfigError(f"reward.verifier: '{name}' appears twice{shown}")
+        components[name] = (v, float(weight))
+    return CompositeVerifier(components)
+
+
+def build_verifier(spec: Any, *, workers: int = 0) -> Verifier:
+    """The verifier `reward.verifier` names: a single spec (via the registry), a weighted sum
+    "math:1.0,format:0.1", or from Python a function or a list of functions, specs and
+    (function, weight) pairs. A TRL-shaped function, alone, is a one-component sum (so its
+    reward/<name> is logged). With `workers` > 0 the spec must also reach worker processes
+    (`rlvr.rewards.spec.worker_spec`): a ConfigError now otherwise."""
+    if workers > 0:
+        worker_spec(spec)
+    if isinstance(spec, str):
+        if is_composite_spec(spec):
+            return CompositeVerifier.from_spec(spec)
+        name, v = _resolve(spec, "reward.verifier")
+    elif isinstance(spec, (list, tuple)):
+        items = [
+            tuple(item)
+            if isinstance(item, (list, tuple)) and len(item) == 2
+            else _split_weight(item)  # "format:0.1": a spec item, its weight after a colon
+            if isinstance(item, str)
+            else (item, 1.0)
+            for item in spec
+        ]
+        return _from_items(items, "")
+    else:
+        name, v = _resolve(spec, "reward.verifier")
+    if isinstance(v, BatchedReward):
+        return CompositeVerifier({name: (v, 1.0)})
+    return v
+
+
+def verifier_needs(verifier: Any, name: str | None = None) -> dict[str, str]:
+    """{sample key: the verifier that needs it} for a verifier that says what it reads (a
+    composite's components, a TRL function's named columns, `needs` on a verifier object, the
+    built-ins that read the reference answer); {} for one that does not say."""
+    if isinstance(verifier, CompositeVerifier):
+        return verifier.needs
+    from rlvr.rewards.registry import builtin_needs
+
+    keys = getattr(verifier, "needs", None)
+    if not isinstance(keys, (tuple, list)):
+        return {k: name or who for k, who in builtin_needs(verifier).items()}
+    who = name or getattr(verifier, "name", None) or function_name(verifier)
+    return {str(k): who for k in keys}
 
 
 def _check_lengths(completions: Sequence[str], samples: Sequence[Mapping[str, Any]]) -> None:

@@ -11,18 +11,21 @@ killed if needed and replaced. Each failure also comes back as a `Failure` recor
 worker's traceback (`score_with_failures`).
 
 A composite verifier ('math:1.0,format:0.1') also returns each component's unweighted reward, so
-the trainer logs reward/<name> with a pool as it does in-process.
+the trainer logs reward/<name> with a pool as it does in-process. A TRL-shaped function
+(rlvr.rewards.batched) is called in the worker on one completion at a time (lists of one, with
+its `completion_ids` when the caller passes them), under the same per-sample limit. A function
+given from Python reaches the workers pickled (rlvr.rewards.spec.worker_spec).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from multiprocessing.connection import wait
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from rlvr.errors import ConfigError
@@ -44,7 +47,8 @@ from rlvr.rewards.base import (
     score_with_detail,
     stops_the_run,
 )
-from rlvr.rewards.compose import CompositeVerifier, build_verifier
+from rlvr.rewards.compose import CompositeVerifier, batched_rewards, build_verifier
+from rlvr.rewards.spec import describe_spec, worker_spec
 
 
 class Reply(NamedTuple):
@@ -65,14 +69,23 @@ class BatchScores(NamedTuple):
     details: list[str]
 
 
-def score_one(verifier: Any, completion: str, sample: Mapping[str, Any]) -> Reply:
+def score_one(
+    verifier: Any,
+    completion: str,
+    sample: Mapping[str, Any],
+    completion_ids: Sequence[int] | None = None,
+) -> Reply:
     """One sample scored under the failure policy (rlvr.rewards.base): the reward checked, a
     failure recorded with reward 0 and detail 'error: Type: message'; what stops the run is
-    raised. The pool's workers and `rlvr verify --workers 0` score with this."""
+    raised. The pool's workers and `rlvr verify --workers 0` score with this. A TRL-shaped
+    component is called on this one completion (with its `completion_ids` when given)."""
 
     def score() -> tuple[Score, dict[str, float] | None]:
         if isinstance(verifier, CompositeVerifier):
-            total, parts = verifier.score_with_components(completion, sample)
+            ids = None if completion_ids is None else [completion_ids]
+            given = batched_rewards(verifier, [completion], [sample], ids)
+            values = {name: v[0] for name, v in given.items()}
+            total, parts = verifier.score_with_components(completion, sample, values)
             return Score(
                 checked_reward(total.reward, "the composite verifier"), total.detail
             ), parts
@@ -88,8 +101,16 @@ def score_one(verifier: Any, completion: str, sample: Mapping[str, Any]) -> Repl
     return Reply(result.reward, str(result.detail)[:DETAIL_MAX_CHARS], parts)
 
 
-def _verifier_handler(spec: str) -> Callable[[tuple[str, Mapping[str, Any]]], Reply]:
-    """Worker-side factory: resolve the spec and return (completion, sample) -> Reply."""
+def _verifier_handler(spec: str | bytes) -> Callable[[tuple[Any, ...]], Reply]:
+    """Worker-side factory: resolve the spec and return (completion, sample[, ids]) -> Reply."""
+    if isinstance(spec, bytes):
+        try:
+            spec = pickle.loads(spec)
+        except Exception as e:  # noqa: BLE001 - a function this process cannot import
+            raise ConfigError(
+                f"reward.verifier: a worker process cannot load the function ({short_error(e)}); "
+                "use reward.workers=0, or a function in a module the workers can import"
+            ) from None
     verifier = build_verifier(spec)
     # A verifier that isolates its own checks in a subprocess (MathVerifier) can run them inline
     # here, since this worker is itself killed on timeout.
@@ -97,7 +118,7 @@ def _verifier_handler(spec: str) -> Callable[[tuple[str, Mapping[str, Any]]], Re
     if callable(for_worker):
         verifier = for_worker()
 
-    def handle(payload: tuple[str, Mapping[str, Any]]) -> Reply:
+    def handle(payload: tuple[Any, ...]) -> Reply:
         try:
             return score_one(verifier, *payload)
         except BaseException as e:  # noqa: BLE001 - score_one raises only what stops the run
@@ -108,23 +129,13 @@ def _verifier_handler(spec: str) -> Callable[[tuple[str, Mapping[str, Any]]], Re
     return handle
 
 
-def absolute_spec(spec: str) -> str:
-    """Make 'relative/file.py:fn' items absolute so workers resolve them whatever their cwd."""
-    items = []
-    for item in spec.split(","):
-        target, sep, rest = item.partition(".py:")
-        if sep and not Path(target + ".py").is_absolute():
-            item = str(Path(target + ".py").resolve())[: -len(".py")] + sep + rest
-        items.append(item)
-    return ",".join(items)
-
-
 class VerifierPool:
     """Score completions in `workers` processes, each with a per-sample wall-clock limit.
 
     `spec` is anything `rlvr.rewards.compose.build_verifier` takes: a registry name ("math"),
     'module:function', 'path/file.py:function', or a weighted sum "math:1.0,format:0.1". It is
-    resolved inside each worker, so user verifiers need not be picklable (samples must be).
+    resolved inside each worker, so user verifiers need not be picklable (samples must be); a
+    function or list of them set from Python is pickled (a lambda is a ConfigError here).
 
     A sample whose verifier raises, returns anything but a finite number, crashes its worker
     (segfault, os._exit) or runs past `timeout_s` gets reward 0 and is counted in `failures`; a
@@ -134,13 +145,14 @@ class VerifierPool:
     sample's time.
     """
 
-    def __init__(self, spec: str, workers: int | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(self, spec: Any, workers: int | None = None, timeout_s: float = 10.0) -> None:
         if timeout_s <= 0:
             raise ConfigError(f"VerifierPool: timeout_s must be > 0, got {timeout_s}")
         n = workers if workers is not None else (os.cpu_count() or 1)
         if n < 1:
             raise ConfigError(f"VerifierPool: workers must be >= 1, got {n}")
-        self.spec, self.timeout_s = absolute_spec(spec), timeout_s
+        self.spec, self.timeout_s = worker_spec(spec), timeout_s
+        self.label = describe_spec(spec)
         ctx = mp_context()
         self._workers = [
             WorkerProcess(f"{__name__}:_verifier_handler", self.spec, ctx) for _ in range(n)
@@ -155,12 +167,12 @@ class VerifierPool:
             raise self._setup_error(e) from None
         except WorkerCrashed as e:
             self.close()
-            raise ConfigError(f"reward.verifier '{spec}': {e}") from None
+            raise ConfigError(f"reward.verifier '{self.label}': {e}") from None
 
     def _setup_error(self, e: WorkerSetupError) -> ConfigError:
         message = str(e)
         if not message.startswith("reward."):
-            message = f"reward.verifier '{self.spec}': {message}"
+            message = f"reward.verifier '{self.label}': {message}"
         return ConfigError(message)
 
     @property
@@ -187,11 +199,15 @@ class VerifierPool:
         return scores, components
 
     def score_with_failures(
-        self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
+        self,
+        completions: Sequence[str],
+        samples: Sequence[Mapping[str, Any]],
+        completion_ids: Sequence[Sequence[int]] | None = None,
     ) -> tuple[BatchScores, dict[str, list[float]], list[Failure]]:
         """`score_batch_with_components`, and the record of each failed sample in sample order
         (`row`: its index in `completions`; the traceback is the worker's). A ConfigError or
-        KeyboardInterrupt raised by the verifier in a worker is raised here."""
+        KeyboardInterrupt raised by the verifier in a worker is raised here. `completion_ids`
+        (token ids per completion) reach TRL-shaped functions."""
         if len(completions) != len(samples):
             raise ValueError(
                 f"score_batch: {len(completions)} completions but {len(samples)} samples"
@@ -214,7 +230,10 @@ class VerifierPool:
                     continue
                 i = pending.popleft()
                 try:
-                    w.send((completions[i], samples[i]))
+                    payload: tuple[Any, ...] = (completions[i], samples[i])
+                    if completion_ids is not None:
+                        payload += (list(completion_ids[i]),)
+                    w.send(payload)
                 except (BrokenPipeError, ConnectionResetError):  # died while idle: retry elsewhere
                     pending.appendleft(i)
                     w.restart()

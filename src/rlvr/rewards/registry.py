@@ -1,7 +1,11 @@
 """Resolve `reward.verifier` to a function (completion, sample) -> float.
 
 Built-in names map to functions in this package; 'module:function' imports a module and
-'path/to/file.py:function' loads a file, so users plug in their own verifiers without a registry.
+'path/to/file.py:function' loads a file (its directory on the import path while it loads, so it
+may import a module beside it; rlvr.plugins), so users plug in their own verifiers without a
+registry. A user function may be TRL-shaped (rlvr.rewards.batched); `build_verifier`
+(rlvr.rewards.compose) wraps it. `builtin_needs`: the sample keys a built-in cannot score
+without, which a dataset's rows are checked for before training starts.
 """
 
 from __future__ import annotations
@@ -34,6 +38,24 @@ def _builtin() -> dict[str, Verifier]:
         "math_lenient": math_lenient_reward,
         "regex": regex_reward,
     }
+
+
+# The sample keys a built-in verifier cannot score without (a row lacking one is a DataError at
+# start); the others read optional keys or several alternatives (code: tests or HumanEval's).
+_NEEDS = {
+    "exact_answer": ("answer",),
+    "math": ("answer",),
+    "math_lenient": ("answer",),
+    "countdown": ("numbers", "target"),
+}
+
+
+def builtin_needs(verifier: object) -> dict[str, str]:
+    """{sample key: built-in name} for a built-in verifier object, {} for any other."""
+    for name, v in _builtin().items():
+        if v is verifier:
+            return dict.fromkeys(_NEEDS.get(name, ()), name)
+    return {}
 
 
 def get_verifier(spec: str) -> Verifier:

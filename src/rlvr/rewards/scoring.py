@@ -16,6 +16,12 @@ A composite verifier ('math:1.0,format:0.1') also reports each component's unwei
 appended to `components[name]` in sample order over the completions that scored, so the
 trainer can log reward/<name>; in process the reward is `CompositeVerifier.weighted_sum` of
 those components. A failing component fails its completion, and the record names it.
+
+A TRL-shaped component (rlvr.rewards.batched) is called once per call of the Scorer in this
+process (with the completions' token ids when given): if that call raises or returns a list of
+the wrong length, every completion of the call fails with its record; a wrong item fails its
+completion only; a None item leaves the component out of that completion (and of
+`components[name]`).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from rlvr.rewards.base import (
     first_tracebacks,
     sample_id,
 )
-from rlvr.rewards.compose import CompositeVerifier
+from rlvr.rewards.compose import CompositeVerifier, batched_rewards
 
 if TYPE_CHECKING:
     from rlvr.rewards.pool import VerifierPool
@@ -55,21 +61,32 @@ class Scorer:
         *,
         first_row: int = 0,
         indices: Sequence[int] | None = None,
+        completion_ids: Sequence[Any] | None = None,
     ) -> tuple[list[float], int]:
         """(reward per completion, number of failures); raises ValueError on unequal lengths.
 
         Each failure's record is appended to `failures` with `row` = first_row + its position
         and `sample_id` from its sample, else `indices[position]` (default: the row); of the
-        records of one error (`Failure.key`) only the first keeps its traceback."""
+        records of one error (`Failure.key`) only the first keeps its traceback.
+        `completion_ids`: each completion's token ids (ints, or a tensor: its tolist()), for
+        TRL-shaped functions."""
         if len(texts) != len(samples):
             raise ValueError(f"{len(texts)} completions for {len(samples)} samples")
+        if not self.batched:
+            completion_ids = None  # nothing reads them: not sent to workers
+        elif completion_ids is not None:  # tensors (a RolloutBatch's) as plain lists of ints
+            completion_ids = [
+                ids.tolist() if hasattr(ids, "tolist") else list(ids) for ids in completion_ids
+            ]
         if self.pool is not None:
-            scores, components, failed = self.pool.score_with_failures(texts, samples)
+            scores, components, failed = self.pool.score_with_failures(
+                texts, samples, completion_ids
+            )
             for name, values in components.items():
                 self.components.setdefault(name, []).extend(values)
             rewards = list(scores.rewards)
         else:
-            rewards, failed = self._in_process(texts, samples)
+            rewards, failed = self._in_process(texts, samples, completion_ids)
         where = list(indices) if indices is not None else None
         for f in first_tracebacks(failed):
             index = where[f.row] if where is not None else first_row + f.row
@@ -77,15 +94,35 @@ class Scorer:
             self.failures.append(replace(f, row=first_row + f.row, sample_id=sid))
         return rewards, len(failed)
 
+    @property
+    def batched(self) -> bool:
+        """Whether the verifier has a TRL-shaped component (called once per batch)."""
+        return isinstance(self.verifier, CompositeVerifier) and bool(self.verifier.batched())
+
     def _in_process(
-        self, texts: list[str], samples: list[Mapping[str, Any]]
+        self,
+        texts: list[str],
+        samples: list[Mapping[str, Any]],
+        completion_ids: Sequence[Sequence[int]] | None = None,
     ) -> tuple[list[float], list[Failure]]:
         composite = self.verifier if isinstance(self.verifier, CompositeVerifier) else None
+        batch: dict[str, list[Any]] = {}
+        whole: Failure | None = None  # a batched component's call failed: every row does
+        if composite is not None and texts:
+            given, whole = contained(
+                partial(batched_rewards, composite, texts, samples, completion_ids), "verifier"
+            )
+            batch = given or {}
         rewards, failed = [], []
         for i, (text, sample) in enumerate(zip(texts, samples)):
+            if whole is not None:
+                rewards.append(0.0)
+                failed.append(replace(whole, row=i))
+                continue
             if composite is not None:
+                values = {name: v[i] for name, v in batch.items()}
                 parts, failure = contained(
-                    partial(_composite_parts, composite, text, sample), "verifier"
+                    partial(_composite_parts, composite, text, sample, values), "verifier"
                 )
                 for name, value in (parts or {}).items():
                     self.components.setdefault(name, []).append(value)
@@ -118,9 +155,12 @@ def _reward(verifier: Verifier, text: str, sample: Mapping[str, Any]) -> float:
 
 
 def _composite_parts(
-    composite: CompositeVerifier, text: str, sample: Mapping[str, Any]
+    composite: CompositeVerifier,
+    text: str,
+    sample: Mapping[str, Any],
+    batch_values: Mapping[str, Any],
 ) -> dict[str, float]:
     """Each component's reward; raises when one fails or their weighted sum is not finite."""
-    parts = composite.score_components(text, sample)
+    parts = composite.score_components(text, sample, batch_values)
     checked_reward(composite.weighted_sum(parts), "the composite verifier")
     return parts

@@ -214,14 +214,17 @@ def check_same_config(
     allow_change: bool = False,
     warn: Any = print,
     defaults: dict | None = None,
+    normalise: Any = None,
 ) -> None:
     """Resuming with another config would not reach the run's result: name the differing keys.
 
     `logging.*` keys may differ (where metrics go does not change the weights), and so may
     `RESULT_NEUTRAL_KEYS`, also when the run's config.yaml predates them. A key the run's
     config.yaml predates is the same when it now holds its default (`defaults`: the schema's
-    default tree), as the run behaved before the key existed. With `allow_change`
-    (--allow-config-change) the difference is passed to `warn` instead.
+    default tree), as the run behaved before the key existed. `normalise` (a tree -> tree
+    function) is applied to the recorded tree before comparing: the relative paths of a run
+    recorded before they were made absolute (`rlvr.runs.run_dir.absolute_paths`). With
+    `allow_change` (--allow-config-change) the difference is passed to `warn` instead.
     """
     from rlvr.config import read_yaml
 
@@ -231,7 +234,7 @@ def check_same_config(
     saved = read_yaml(path, f"--resume: {path}") or {}
     if not isinstance(saved, dict):
         raise UserError(f"--resume: {path}: expected a mapping of config sections")
-    saved = _flat(saved)
+    saved = _flat(normalise(saved) if normalise is not None else saved)
     now = _flat(config)
     diff = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
     diff = [k for k in diff if not k.startswith("logging.") and k not in RESULT_NEUTRAL_KEYS]

@@ -7,20 +7,23 @@
   rank 0 writes, other ranks write nowhere.
 - `EvalSchedule`: the held-out evaluations before, every N steps and after training.
 - `CheckpointTriggers`: a checkpoint every N steps, every M minutes, and on SIGINT/SIGTERM (the
-  step in progress finishes, a checkpoint is written, `TrainingInterrupted` says how to resume);
-  under torchrun every rank agrees on the decision.
-- `write_summary`: summary.json, atomically.
+  step in progress finishes, a checkpoint is written, `TrainingInterrupted` says how to resume;
+  a second Ctrl-C does not cut it short, a third quits at once: `StopSignals`); under torchrun
+  every rank agrees on the decision.
+- `write_summary`: summary.json, atomically (a non-finite number as null, as in metrics.jsonl).
 - `run_precision`, `write_precision`: model.precision as the run resolves it, recorded in
   precision.json so that a resumed run keeps it (auto on a CPU is measured: it could differ).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,7 @@ from rlvr.distributed.world import World
 from rlvr.errors import UserError
 from rlvr.models.loading import Precision, resolve_precision
 from rlvr.observe.loggers import build_loggers
-from rlvr.observe.metrics import JsonlWriter, Progress
+from rlvr.observe.metrics import JsonlWriter, Progress, json_safe
 
 
 def is_wall_clock(key: str) -> bool:
@@ -69,7 +72,7 @@ class RunLog:
         fresh: bool = False,
     ) -> None:
         if main and fresh:
-            for name in ("metrics.jsonl", "timings.jsonl"):
+            for name in ("metrics.jsonl", "timings.jsonl", "events.jsonl"):
                 (run_dir / name).unlink(missing_ok=True)
         self.writer = JsonlWriter(run_dir / "metrics.jsonl") if main else _NullWriter()
         self.timings = None
@@ -147,21 +150,39 @@ class TrainingAborted(UserError):
 class TrainingInterrupted(Exception):
     """SIGINT/SIGTERM arrived: the step in progress finished and a checkpoint was saved."""
 
-    def __init__(self, signum: int, step: int, run_dir: Path, command: str = "train") -> None:
+    def __init__(
+        self,
+        signum: int,
+        step: int,
+        run_dir: Path,
+        command: str = "train",
+        *,
+        hint: str | None = None,
+    ) -> None:
         self.signum, self.step, self.run_dir = signum, step, run_dir
         name = signal.Signals(signum).name
+        how = hint or (
+            f"`rlvr {command} --resume --output-dir {run_dir}` (it reads the run's config.yaml)"
+        )
         super().__init__(
-            f"{name}: stopped after step {step}, checkpoint saved; continue with "
-            f"`rlvr {command} --resume --output-dir {run_dir}` and the same config"
+            f"{name}: stopped after step {step}, checkpoint saved; continue with " + how
         )
 
 
 class StopSignals:
-    """While a run trains, SIGINT and SIGTERM ask it to stop after the current step (a second
-    SIGINT stops at once, as usual). Handlers are installed only in the main thread."""
+    """While a run trains, SIGINT (Ctrl-C) and SIGTERM ask it to stop after the current step,
+    which then writes a checkpoint. A second Ctrl-C does not cut that short (people press it
+    again when nothing seems to happen; the steps since the last checkpoint would be lost): it
+    says again what is under way. A third quits at once (KeyboardInterrupt), with only the
+    checkpoints already written. Each is acknowledged on stderr when `announce` (rank 0).
+    Handlers are installed only in the main thread."""
 
-    def __init__(self) -> None:
+    QUIT_AFTER = 3  # the Ctrl-C that stops at once, without the checkpoint
+
+    def __init__(self, announce: bool = True) -> None:
         self.signum: int | None = None
+        self.presses = 0
+        self.announce = announce
         self.previous: dict[int, Any] = {}
         if threading.current_thread() is not threading.main_thread():
             return
@@ -169,9 +190,32 @@ class StopSignals:
             self.previous[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, _frame: Any) -> None:
-        if self.signum is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signum = signum
+        if signum == signal.SIGINT:
+            self.presses += 1
+            if self.presses >= self.QUIT_AFTER:
+                raise KeyboardInterrupt
+        first = self.signum is None
+        self.signum = self.signum or signum
+        name = signal.Signals(signum).name
+        if first:
+            self._say(
+                f"rlvr: {name}: stopping after this step, which then writes a checkpoint "
+                f"(Ctrl-C {self.QUIT_AFTER - max(self.presses, 1)} more times quits at once, "
+                "without it)"
+            )
+        elif signum == signal.SIGINT:
+            self._say(
+                "rlvr: SIGINT again: still finishing the step and writing its checkpoint "
+                "(one more Ctrl-C quits at once, without it)"
+            )
+
+    def _say(self, line: str) -> None:
+        # os.write, not print: a handler runs between two bytecodes, maybe inside a print
+        if self.announce:
+            try:
+                os.write(2, (line + "\n").encode())
+            except OSError:  # pragma: no cover - no stderr
+                pass
 
     def restore(self) -> None:
         for sig, handler in self.previous.items():
@@ -190,7 +234,7 @@ class CheckpointTriggers:
         self.every, self.minutes = cfg.every, cfg.every_minutes
         self.world = world if world is not None else World()
         self.last_save = time.monotonic()
-        self.signals = StopSignals()
+        self.signals = StopSignals(announce=self.world.is_main)
 
     def check(self, step: int) -> tuple[bool, int]:
         """(save now, the signal that asks to stop after this step or 0); a collective."""
@@ -207,6 +251,35 @@ class CheckpointTriggers:
         self.signals.restore()
 
 
+@contextlib.contextmanager
+def transformers_progress(enabled: bool) -> Iterator[None]:
+    """Inside it, transformers' and huggingface_hub's own progress bars (loading and writing
+    weights, downloads) are off unless `enabled`; the setting before is restored after."""
+    if enabled:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
+    except ImportError:  # pragma: no cover - huggingface_hub always comes with transformers
+        hub_was_off = True
+    else:
+        hub_was_off = are_progress_bars_disabled()
+        disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+        if not hub_was_off:
+            from huggingface_hub.utils import enable_progress_bars
+
+            enable_progress_bars()
+
+
 def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
     """RUN_DIR/summary.json, written to a temp file and renamed into place."""
     _write_json(run_dir / "summary.json", summary)
@@ -214,7 +287,7 @@ def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
 
 def _write_json(path: Path, obj: Mapping[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
+    tmp.write_text(json.dumps(json_safe(obj), indent=2, allow_nan=False))
     tmp.replace(path)
 
 

@@ -248,7 +248,7 @@ def sample_and_score(
 
     s = cfg.sampling
     verifier = build_verifier(cfg.reward.verifier)
-    task = build_task(cfg.data)
+    task = build_task(cfg.data, verifier)
     device = resolve_device(cfg.model.device)
     dtype = resolve_dtype(cfg.model.dtype, device)
     tokenizer = load_tokenizer(

@@ -18,14 +18,16 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rlvr.config import Config, dump_yaml, to_dict
+from rlvr.config import Config, to_dict
 from rlvr.data.registry import build_task
 from rlvr.distributed.world import World, init_world
+from rlvr.errors import UserError
 from rlvr.evaluation.evaluate import heldout_eval
 from rlvr.forward.packing import attention_pair_cost
 from rlvr.forward.paths import build_forward
@@ -45,9 +47,11 @@ from rlvr.runs.run import (
     TrainingAborted,
     TrainingInterrupted,
     eval_line,
+    transformers_progress,
     write_precision,
     write_summary,
 )
+from rlvr.runs.run_dir import check_resumable, check_run_dir, create_run_dir, write_config
 from rlvr.training.collect import Collector, ScoredRollouts
 from rlvr.training.learner import Learner
 from rlvr.training.rl_state import RLCheckpoints
@@ -56,43 +60,103 @@ from rlvr.training.sources import build_rollout_source, check_rollout_source
 from rlvr.training.step_metrics import ErrorLog, rollout_metrics, write_samples
 from rlvr.training.update import update
 
-__all__ = ["GRPOTrainer", "ScoredRollouts", "TrainingAborted", "TrainingInterrupted"]
+__all__ = [
+    "GRPOTrainer",
+    "ScoredRollouts",
+    "TrainResult",
+    "TrainingAborted",
+    "TrainingInterrupted",
+]
+
+
+@dataclass
+class TrainResult:
+    """What `GRPOTrainer.train` returns: the run directory, summary.json's content
+    (`eval_before`, `eval_after`, `steps`, `wall_seconds`, ...) and every training step's
+    metrics row, in order (those of a resumed run's earlier steps too): the rows of
+    metrics.jsonl, as Python numbers (NaN where the file has null)."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+    metrics: list[dict[str, Any]]
+
+    def history(self, key: str) -> list[Any]:
+        """One metric over the steps that logged it, e.g. `result.history("reward_mean")`."""
+        return [row[key] for row in self.metrics if key in row]
 
 
 class GRPOTrainer:
-    """Owns the run's state (policy, optimizer, step, RNGs) and composes the parts."""
+    """Owns the run's state (policy, optimizer, step, RNGs) and composes the parts.
+
+    `GRPOTrainer(cfg, run_dir)` checks the run directory as `rlvr train` does before it loads
+    anything: an earlier run there is an error unless `overwrite` (its files are then replaced
+    when `train` starts), and `resume=True` needs the run's config.yaml, the same config
+    (`allow_config_change` accepts another, naming the differing keys) and a checkpoint.
+    `run_dir=None` is runs/train-YYYYmmdd-HHMMSS. The directory is created by `train`, so a
+    trainer that is only built (or fails to build) leaves nothing on disk. `train()` runs the
+    loop and returns a `TrainResult`; `evaluate()` is the held-out evaluation of the current
+    weights, a dict of metrics (`accuracy`, `pass1_t1`, ...; `eval.size=0`: no problems, and
+    `bool(trainer.evaluate)` is false). With `progress=False` nothing draws a progress bar,
+    transformers' loading and saving bars included.
+    """
 
     def __init__(
         self,
         cfg: Config,
-        run_dir: Path,
+        run_dir: str | Path | None = None,
         *,
         progress: bool = True,
         log: Callable[[str], None] = print,
         resume: bool = False,
+        overwrite: bool = False,
+        allow_config_change: bool = False,
         world: World | None = None,
     ) -> None:
-        self.cfg, self.run_dir, self.resume = cfg, run_dir, resume
+        if resume and overwrite:
+            raise UserError("--resume and --overwrite: choose one")
+        self.cfg, self.resume, self.overwrite = cfg, resume, overwrite
         check_rollout_source(cfg, world)  # before joining a process group: Ray needs none
         self.world = world if world is not None else init_world(cfg.distributed.backend)
         self.main = self.world.is_main  # rank 0 logs, evaluates and writes the run directory
+        self.run_dir = self._check_run_dir(run_dir, allow_config_change)
         self.log = log if self.main else (lambda _msg: None)
         self.show_progress = progress and cfg.logging.progress and self.main
+        with transformers_progress(self.show_progress):
+            self._build(cfg, self.run_dir, resume)
+
+    def _check_run_dir(self, run_dir: str | Path | None, allow_change: bool) -> Path:
+        """Rank 0 checks (and, without one, names) the run directory; every rank gets it, or
+        the error (a collective under torchrun)."""
+        checked: tuple[Path | None, str | None] = (None, None)
+        if self.main:
+            try:
+                if self.resume:
+                    checked = (check_resumable(run_dir, self.cfg, allow_change=allow_change), None)
+                else:
+                    checked = (check_run_dir(run_dir, self.overwrite), None)
+            except UserError as e:
+                checked = (None, str(e))
+        path, error = self.world.broadcast_object(checked)
+        if error is not None:
+            raise UserError(error)
+        return path
+
+    def _build(self, cfg: Config, run_dir: Path, resume: bool) -> None:
+        r = cfg.rollout
         torch.manual_seed(cfg.training.seed)
         if cfg.checkpoint.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.prompt_rng = random.Random(cfg.data.seed * 1_000_003 + cfg.training.seed)
         self.sample_gen = torch.Generator().manual_seed(cfg.training.seed)
         self.shuffle_gen = torch.Generator().manual_seed(cfg.training.seed + 1)
-        r = cfg.rollout
         self.device = resolve_device(cfg.model.device)
         if self.device.type == "cuda" and self.world.distributed:
             self.device = torch.device("cuda", self.world.local_rank)
         if cfg.training.keep_freed_memory and self.device.type == "cpu":
             # before the model: its blocks come from the kept heap too
             keep_freed_memory(0 < cfg.training.map_large_blocks_from <= r.max_new_tokens)
-        self.verifier = build_verifier(cfg.reward.verifier)
-        self.task = build_task(cfg.data)
+        self.verifier = build_verifier(cfg.reward.verifier, workers=cfg.reward.workers)
+        self.task = build_task(cfg.data, self.verifier)  # rows checked for what it needs
         resumed = run_dir if resume else None  # a resumed run keeps its recorded precision
         self.policy = build_policy(cfg, self.world, self.device, resumed=resumed, log=self.log)
         self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
@@ -168,7 +232,17 @@ class GRPOTrainer:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    def train(self) -> dict[str, Any]:
+    def train(self) -> TrainResult:
+        """Train `training.steps` steps (a resumed run: from its checkpoint's step on) into the
+        run directory, created now (an earlier run's files replaced under `overwrite`)."""
+        if self.main and not self.resume:
+            create_run_dir(self.run_dir)
+        self.world.barrier()
+        with transformers_progress(self.show_progress):
+            summary, history = self._loop()
+        return TrainResult(self.run_dir, summary, history)
+
+    def _loop(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         cfg, main = self.cfg, self.main
         start = time.perf_counter()
         # Restored before metrics.jsonl is opened: resuming truncates it to the checkpoint's step.
@@ -177,7 +251,7 @@ class GRPOTrainer:
             self.step = restored["step"]
             self.rollouts.resume_with(restored.get("pending"), self.step)
         if main:
-            dump_yaml(cfg, self.run_dir / "config.yaml")
+            write_config(self.run_dir, cfg)  # local paths absolute: it works from anywhere
             write_precision(self.run_dir, self.policy.precision)
         out = RunLog(
             self.run_dir,
@@ -279,7 +353,7 @@ class GRPOTrainer:
             summary["world_size"] = self.world.size
         if main:
             write_summary(self.run_dir, summary)
-        return summary
+        return summary, history
 
     # -- the parts the loop calls ----------------------------------------------------------------
 

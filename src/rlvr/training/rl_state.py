@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.data.task import Task, TaskHooks
+from rlvr.observe.events import record_event
 from rlvr.runs.checkpoint import (
     incomplete_checkpoints,
     latest_checkpoint,
@@ -85,4 +86,5 @@ class RLCheckpoints:
         if self.main:
             truncate_jsonl(self.run_dir / "metrics.jsonl", state["step"])
             truncate_jsonl(self.run_dir / "timings.jsonl", state["step"])
+            record_event(self.run_dir, "resume", step=state["step"], checkpoint=path.name)
         return state

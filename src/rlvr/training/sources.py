@@ -147,6 +147,7 @@ class LocalRollouts:
             [samples[lo + i] for i in batch.prompt_index],
             first_row=lo * g,  # failures are numbered by the round's rows and prompts
             indices=[lo + i for i in batch.prompt_index],
+            completion_ids=batch.completion_ids,  # read by TRL-shaped reward functions only
         )
         rewards = batch.rewards_with_env(rewards)  # an environment's own reward comes first
         t_score = time.perf_counter() - t0
@@ -261,7 +262,9 @@ class _ScoredGroups:
     def done(self, index: int, batch: RolloutBatch) -> None:
         sample, started = self.samples.pop(index)
         t0 = time.perf_counter()
-        rewards, failures = self.scorer(batch.completion_text, [sample] * self.g)
+        rewards, failures = self.scorer(
+            batch.completion_text, [sample] * self.g, completion_ids=batch.completion_ids
+        )
         rewards = batch.rewards_with_env(rewards)
         components, errors = self.scorer.pop_components(), self.scorer.pop_failures()
         group = Round(
