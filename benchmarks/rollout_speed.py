@@ -20,7 +20,10 @@ model accepts them). The first repeat of each method is a warm-up and is not tim
 `--dtype` loads the model (and builds every engine over it) in each dtype given, in turn; each
 row says its `dtype`, and with both float32 and bfloat16 a last line per batch size gives
 `<method>_bf16_vs_fp32` (bf16 tokens/s over fp32's: what decoding in the compute dtype buys on
-this CPU; `lscpu` says whether it has AVX-512-BF16 or AMX).
+this CPU; `lscpu` says whether it has AVX-512-BF16 or AMX). `fast-replica` is the fast engine
+as rlvr builds it over a `rollout.dtype=bfloat16` replica (`hf_rounding=False`: its fastest
+kernels; in float32 the same as `fast`), and `replica_bf16_vs_fast_fp32` its bf16 tokens/s over
+`fast`'s in float32.
 """
 
 from __future__ import annotations
@@ -139,6 +142,11 @@ def main() -> None:
                     ratios[f"{key[: -len('_tok_s')]}_bf16_vs_fp32"] = round(
                         bf16[key] / fp32[key], 2
                     )
+            if "fast-replica_tok_s" in bf16 and "fast_tok_s" in fp32:
+                # what rollout.dtype=bfloat16 buys over decoding the fp32 weights
+                ratios["replica_bf16_vs_fast_fp32"] = round(
+                    bf16["fast-replica_tok_s"] / fp32["fast_tok_s"], 2
+                )
             results.append(ratios)
             print(json.dumps(ratios), flush=True)
     if args.json:
@@ -176,6 +184,10 @@ def measure(args: argparse.Namespace, model, tokenizer, dtype: str) -> list[dict
             ),
             "fast-unpacked": FastEngine(
                 model, tokenizer, max_batch_size=batch_size, pack_weights=False
+            ),
+            # the engine over a rollout.dtype replica: its fastest kernels, not HF's rounding
+            "fast-replica": FastEngine(
+                model, tokenizer, max_batch_size=batch_size, hf_rounding=False
             ),
             "hf": HFEngine(model, tokenizer, max_batch_size=batch_size),
         }

@@ -146,7 +146,7 @@ def test_bfloat16_model_follows_hf_rounding(tiny_llama, char_tokenizer, prompts)
 def test_bfloat16_packed_weights_follow_hf_rounding(tiny_llama, char_tokenizer, prompts):
     # Where the CPU has oneDNN's bf16 kernels, bf16 weights are held pre-packed too; each
     # product is still rounded, then added, as HF's modules do: the same greedy tokens.
-    from rlvr.rollout.llama_decoder import can_pack
+    from rlvr.rollout.layer_plan import can_pack
 
     model = tiny_llama.to(torch.bfloat16)
     if not can_pack(model.model.layers[0].mlp.down_proj.weight):
@@ -156,6 +156,44 @@ def test_bfloat16_packed_weights_follow_hf_rounding(tiny_llama, char_tokenizer, 
     fast = engine.generate(prompts, 2, GREEDY)
     assert all(plan.packed for plan in engine._decoder._kept_plans)
     assert_same_rollouts(fast, reference, atol=1e-3, rtol=2**-8)
+
+
+def _teacher_forced_logprobs(model, prompts, batch, n):
+    """log_softmax(model(prompt + completion)) at each completion token, per row."""
+    rows = []
+    for index, completion in enumerate(batch.completion_ids):
+        prompt = torch.tensor(prompts[index // n])
+        ids = torch.cat((prompt, completion)).unsqueeze(0)
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+        rows.append(logits.log_softmax(-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1))
+    return rows
+
+
+def test_fastest_bf16_numerics_stay_within_bf16_rounding(tiny_llama, char_tokenizer, prompts):
+    # hf_rounding=False (a bf16 replica whose log-probs the learner recomputes): norms folded,
+    # residual adds fused, regrouped attention. Its recorded log-probs are not HF's bf16 ones
+    # (exact_logprobs is False), but no farther from the fp32 model's than HF's own bf16
+    # forward is, and in fp32 the switch changes nothing.
+    import copy
+
+    fp32 = FastEngine(tiny_llama, char_tokenizer, max_batch_size=3, hf_rounding=False)
+    assert fp32.exact_logprobs
+    reference = FastEngine(tiny_llama, char_tokenizer, max_batch_size=3).generate(
+        prompts, 2, GREEDY
+    )
+    assert_same_rollouts(fp32.generate(prompts, 2, GREEDY), reference, atol=0.0, rtol=0.0)
+
+    replica = copy.deepcopy(tiny_llama).to(torch.bfloat16)
+    engine = FastEngine(replica, char_tokenizer, max_batch_size=3, hf_rounding=False)
+    assert not engine.exact_logprobs
+    batch = engine.generate(prompts, 2, GREEDY)
+    assert all(plan.qkv_floor is not None for plan in engine._decoder._kept_plans)  # folded
+    learner = _teacher_forced_logprobs(tiny_llama, prompts, batch, 2)
+    hf_bf16 = _teacher_forced_logprobs(replica, prompts, batch, 2)
+    fast_error = torch.cat([a - b for a, b in zip(batch.logprobs, learner)]).abs().mean()
+    hf_error = torch.cat([a - b for a, b in zip(hf_bf16, learner)]).abs().mean()
+    assert fast_error <= 2 * hf_error + 1e-3, (fast_error, hf_error)
 
 
 def test_unfused_module_path_gives_the_same_rollouts(tiny_llama, char_tokenizer, prompts):
@@ -513,7 +551,7 @@ def test_packed_weights_give_the_same_greedy_rollouts_and_exact_sampled_logprobs
     """pack_weights=True (on by default only for hidden >= 512) runs every projection and the
     output head through oneDNN's packed layout: greedy rows equal HFEngine's, and sampled
     log-probs equal the processed distribution of a full forward pass."""
-    from rlvr.rollout.llama_decoder import can_pack
+    from rlvr.rollout.layer_plan import can_pack
 
     engine = FastEngine(tiny_llama, char_tokenizer, max_batch_size=3, pack_weights=True)
     if not can_pack(next(tiny_llama.parameters())):

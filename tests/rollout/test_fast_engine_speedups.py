@@ -12,7 +12,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.rollout import FastEngine, HFEngine, SamplingParams, llama_decoder, weight_stamp
+from rlvr.rollout import (
+    FastEngine,
+    HFEngine,
+    SamplingParams,
+    layer_plan,
+    llama_decoder,
+    weight_stamp,
+)
 from rlvr.rollout.kv_cache import SlotKVCache
 
 PROMPTS = ["12+3=", "a", "What is 7*8?", "9-4=5,"]
@@ -28,7 +35,7 @@ def prompts(char_tokenizer) -> list[list[int]]:
 def builds(monkeypatch) -> dict[str, int]:
     """Counts of layer plans built and weights packed (by any engine) while the test runs."""
     counts = {"plans": 0, "packs": 0}
-    plan_class, pack = llama_decoder._LayerPlan, llama_decoder._pack
+    plan_class, pack = llama_decoder.LayerPlan, layer_plan.pack_weight
 
     class CountedPlan(plan_class):
         def __init__(self, *args, **kwargs) -> None:
@@ -39,8 +46,9 @@ def builds(monkeypatch) -> dict[str, int]:
         counts["packs"] += 1
         return pack(weight)
 
-    monkeypatch.setattr(llama_decoder, "_LayerPlan", CountedPlan)
-    monkeypatch.setattr(llama_decoder, "_pack", counted_pack)
+    monkeypatch.setattr(llama_decoder, "LayerPlan", CountedPlan)
+    monkeypatch.setattr(llama_decoder, "pack_weight", counted_pack)  # the output head
+    monkeypatch.setattr(layer_plan, "pack_weight", counted_pack)  # the layers' weights
     return counts
 
 
@@ -258,7 +266,7 @@ def test_interleaved_rope_equals_hf_rotation(tiny_llama):
     cos, sin = rotary(x, position_ids=positions)  # [1, T, D]
     expected, _ = apply_rotary_pos_emb(x.transpose(0, 1)[None], x.transpose(0, 1)[None], cos, sin)
     expected = expected[0].transpose(0, 1)  # [T, heads, D]
-    order = llama_decoder._interleave_rope_rows(torch.arange(heads * head_dim), head_dim)
+    order = layer_plan.interleave_rope_rows(torch.arange(heads * head_dim), head_dim)
     interleaved = x.reshape(steps, -1)[:, order].view(steps, heads, head_dim).clone()
     half = head_dim // 2
     signed_sin = torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)

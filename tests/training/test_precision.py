@@ -282,6 +282,8 @@ def test_under_bf16_mixed_rollouts_decode_a_bf16_copy_synced_before_each_rollout
     )
     assert next(policy.rollout_model.parameters()).dtype == torch.bfloat16
     assert next(policy.model.parameters()).dtype == torch.float32
+    # the replica's log-probs are recomputed: the fast engine takes its fastest bf16 kernels
+    assert not t.engine._decoder.hf_rounding and not t.engine.exact_logprobs
     synced = []
     collect = t.collector.collect
 
@@ -300,3 +302,4 @@ def test_under_bf16_mixed_rollouts_decode_a_bf16_copy_synced_before_each_rollout
     fp32 = load_config(None, ["training.steps=1", "model.precision=bf16-mixed"])
     masters = GRPOTrainer(fp32, tmp_path / "masters", progress=False, log=lambda _m: None)
     assert masters.policy.rollout_model is masters.policy.model and not masters.correct_sampler
+    assert masters.engine._decoder.hf_rounding

@@ -59,6 +59,11 @@ class FastEngine:
     max_prefill_tokens: padded prompt tokens prefilled in one forward (at least one prompt);
         a prefill holds activations and keys/values in proportion to them, so this bounds the
         memory prompts take on top of the K/V slots (max_batch_size rows).
+    hf_rounding: in half precision, round every product, norm and sum as HF's modules do, so
+        that greedy tokens and log-probs are the model's own forward's (`exact_logprobs`).
+        False: the fastest kernels instead (norms folded into the weights, residual adds fused
+        into the matmuls, attention regrouped by kv head as in fp32): for a bf16 replica whose
+        log-probs the learner recomputes (`rollout.dtype`). No effect in float32.
     Unsupported architectures (see `llama_decoder.unsupported_reason`) are served by an
     internal `HFEngine`; `fallback_reason` says why, and is None when the fast path is used.
     """
@@ -76,6 +81,7 @@ class FastEngine:
         fuse_projections: bool = True,
         pack_weights: bool | None = None,
         max_prefill_tokens: int = 4096,
+        hf_rounding: bool = True,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"FastEngine max_batch_size must be >= 1, got {max_batch_size}")
@@ -105,7 +111,7 @@ class FastEngine:
         if pack_weights is None:
             pack_weights = getattr(inner.config, "hidden_size", 0) >= PACK_MIN_HIDDEN
         self._decoder = (
-            LlamaFamilyDecoder(inner, fuse_projections, pack_weights)
+            LlamaFamilyDecoder(inner, fuse_projections, pack_weights, hf_rounding)
             if self.fallback_reason is None
             else None
         )
@@ -121,7 +127,13 @@ class FastEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    exact_logprobs = True  # the model's own weights through the same math, to fp32 rounding
+    @property
+    def exact_logprobs(self) -> bool:
+        """The model's own weights through the same math as its forward, to fp32 rounding (or,
+        in half precision, HF's rounding)."""
+        if self._decoder is None or self._decoder.hf_rounding:
+            return True
+        return next(self.model.parameters()).dtype == torch.float32
 
     def sync(self, model: torch.nn.Module) -> None:
         """Generate with `model`'s current weights (see HFEngine.sync); kept copies follow their

@@ -282,9 +282,18 @@ def declared_tools(env: Any) -> list[dict] | None:
     return None
 
 
-def build_rollout_engine(cfg: Config, model: torch.nn.Module, tokenizer: Any) -> Engine:
+def build_rollout_engine(
+    cfg: Config, model: torch.nn.Module, tokenizer: Any, *, cast: bool = False
+) -> Engine:
     """The engine `cfg.rollout` names over `model`, wrapped in the multi-turn loop of
-    `cfg.environment` when one is named (the trainer's rollouts, its evaluation, `rlvr eval`)."""
+    `cfg.environment` when one is named (the trainer's rollouts, its evaluation, `rlvr eval`).
+
+    cast: `model` is a replica in another dtype than the learner's (`rollout.dtype`), whose
+    log-probs the learner recomputes, so the fast engine may take its fastest kernels instead
+    of HF's rounding (`FastEngine(hf_rounding=False)`)."""
     r = cfg.rollout
-    engine = build_engine(r.engine, model, tokenizer, **engine_options(r))
+    options = engine_options(r)
+    if cast and r.engine == "fast":
+        options["hf_rounding"] = False
+    engine = build_engine(r.engine, model, tokenizer, **options)
     return with_environment(engine, tokenizer, cfg.environment)

@@ -162,7 +162,9 @@ class GRPOTrainer:
         self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
         self.encode = self.policy.encode
         # multi-turn around the engine when one is named
-        self.engine = build_rollout_engine(cfg, self.policy.rollout_model, self.tokenizer)
+        self.engine = build_rollout_engine(
+            cfg, self.policy.rollout_model, self.tokenizer, cast=self.policy.rollout_cast
+        )
         # An engine with other kernels than the learner's (vLLM) or weights in another dtype
         # (rollout.dtype), or a stale one (off-policy): the update corrects for the sampler, and
         # checks a fresh one agrees with the learner.
