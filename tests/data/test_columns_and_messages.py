@@ -205,3 +205,19 @@ def test_a_bad_message_list_is_a_one_line_data_error_naming_file_row_and_field(p
 def test_a_system_message_and_a_system_column_together_are_refused():
     with pytest.raises(DataError, match="has a system message and field 'system' is set too"):
         sample_of({"prompt": [SYSTEM, user("a")], "system": "other"})
+
+
+def test_the_prompt_length_limit_counts_the_whole_conversation(tmp_path):
+    # data.max_prompt_tokens counts what the model is given (after the chat template): a
+    # conversational row with a short last question but long earlier turns is too long
+    from rlvr.data.datasets import filter_long_prompts
+
+    long_turns = [SYSTEM, user("9" * 40 + "="), assistant("9" * 40), user("2+2=")]
+    rows = [{"prompt": long_turns, "answer": "4"}] + [
+        {"prompt": [user(f"{i}+{i}=")], "answer": str(2 * i)} for i in range(10, 16)
+    ]
+    ds = load_prompt_dataset(write_jsonl(tmp_path / "chat.jsonl", rows), eval_fraction=0.0)
+    encode = PromptEncoder(_ChatTemplate(), chat=True)
+    report = filter_long_prompts(ds, lambda sample: len(encode(sample)), 60)
+    assert report["dropped_train"] == 1
+    assert all(s["prompt"] != "2+2=" for s in ds.train)

@@ -193,7 +193,7 @@ def test_filter_long_prompts(tmp_path):
     ds = load_prompt_dataset(path, eval_fraction=0.5, seed=0)
     n_long_train = sum(len(s["prompt"].split()) > 4 for s in ds.train)
     n_long_eval = sum(len(s["prompt"].split()) > 4 for s in ds.eval)
-    report = filter_long_prompts(ds, lambda s: len(s.split()), 4)
+    report = filter_long_prompts(ds, lambda s: len(s["prompt"].split()), 4)
     assert report == {
         "dropped_train": n_long_train,
         "dropped_eval": n_long_eval,

@@ -496,14 +496,16 @@ def _dataset_name(path: str) -> str:
 
 
 def filter_long_prompts(
-    dataset: PromptDataset, count_tokens: Callable[[str], int], max_tokens: int
+    dataset: PromptDataset, count_tokens: Callable[[dict], int], max_tokens: int
 ) -> dict:
     """Drop train and eval rows whose prompt is longer than `max_tokens`; report the counts.
 
+    count_tokens(sample): the tokens of the prompt the model is given for the sample (its
+    system message, earlier turns and few-shot examples included, after the chat template).
     Raises DataError when no training row is left.
     """
-    train = [s for s in dataset.train if count_tokens(s["prompt"]) <= max_tokens]
-    evals = [s for s in dataset.eval if count_tokens(s["prompt"]) <= max_tokens]
+    train = [s for s in dataset.train if count_tokens(s) <= max_tokens]
+    evals = [s for s in dataset.eval if count_tokens(s) <= max_tokens]
     report = {
         "dropped_train": len(dataset.train) - len(train),
         "dropped_eval": len(dataset.eval) - len(evals),

@@ -397,7 +397,7 @@ def evaluate_config(
         from rlvr.data.datasets import filter_long_prompts
 
         report = filter_long_prompts(
-            task, lambda text: len(policy.encode({"prompt": text})), cfg.data.max_prompt_tokens
+            task, lambda sample: len(policy.encode(sample)), cfg.data.max_prompt_tokens
         )
         log(f"data: dropped {report['dropped_eval']} held-out prompts ({report['reason']})")
     evaluation = heldout_eval(cfg, task, engine, policy.encode, verifier)

@@ -261,7 +261,7 @@ def sample_and_score(
         from rlvr.data.datasets import filter_long_prompts
 
         report = filter_long_prompts(
-            task, lambda text: len(encode({"prompt": text})), cfg.data.max_prompt_tokens
+            task, lambda sample: len(encode(sample)), cfg.data.max_prompt_tokens
         )
         log(f"data: dropped {report['dropped_train']} train and {report['dropped_eval']} held-out")
     prompts = select_prompts(task, s, log)

@@ -391,7 +391,7 @@ class GRPOTrainer:
         from rlvr.data.datasets import filter_long_prompts
 
         report = filter_long_prompts(
-            self.task, lambda text: len(self.encode({"prompt": text})), cfg.data.max_prompt_tokens
+            self.task, lambda sample: len(self.encode(sample)), cfg.data.max_prompt_tokens
         )
         self.log(
             f"data: dropped {report['dropped_train']} train and {report['dropped_eval']} "
