@@ -43,8 +43,11 @@ LOSS_TYPES = {
 SCALE_REWARDS = {"grpo": "group", "dr_grpo": "none"}  # advantage estimator -> TRL scaling
 
 
-def grpo_config(cfg: Any, output_dir: Path, gradient_checkpointing: bool) -> Any:
-    """TRL's GRPOConfig for the rlvr config `cfg` (its CPU-sane settings: fp32, use_cpu)."""
+def grpo_config(
+    cfg: Any, output_dir: Path, gradient_checkpointing: bool, bf16: bool = False
+) -> Any:
+    """TRL's GRPOConfig for the rlvr config `cfg` (use_cpu on a CPU; fp32 unless `bf16`, TRL's
+    own mixed precision: bf16 autocast over fp32 weights)."""
     from trl import GRPOConfig
 
     from rlvr.errors import ConfigError
@@ -68,7 +71,7 @@ def grpo_config(cfg: Any, output_dir: Path, gradient_checkpointing: bool) -> Any
     return GRPOConfig(
         output_dir=str(output_dir),
         use_cpu=cfg.model.device != "cuda",
-        bf16=False,  # TRL's default bf16=True runs ~100x slower matmuls on a CPU
+        bf16=bf16,  # TRL's default True: ~100x slower matmuls on an AVX2-only CPU
         fp16=False,
         gradient_checkpointing=gradient_checkpointing,
         per_device_train_batch_size=micro,
@@ -131,14 +134,14 @@ def _dataset(cfg: Any, chat: bool) -> Any:
     return Dataset.from_list(rows)
 
 
-def _trainer(cfg: Any, output_dir: Path, gc: bool, callbacks: list[Any]) -> Any:
+def _trainer(cfg: Any, output_dir: Path, gc: bool, callbacks: list[Any], bf16: bool = False) -> Any:
     from trl import GRPOTrainer
 
     model, tokenizer, chat = _load(cfg)
     return GRPOTrainer(
         model=model,
         reward_funcs=[trl_reward_function(cfg.reward.verifier)],
-        args=grpo_config(cfg, output_dir, gc),
+        args=grpo_config(cfg, output_dir, gc, bf16),
         train_dataset=_dataset(cfg, chat),
         processing_class=tokenizer,
         callbacks=callbacks,
@@ -169,13 +172,16 @@ def step_phase(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     cfg = load_config(None, spec["overrides"])
     timer = StepTimer()
     t0 = time.perf_counter()
-    trainer = _trainer(cfg, work / f"trl-step-gc-{spec['gc']}", spec["gc"] == "on", [timer])
+    bf16 = spec.get("precision") == "bf16"
+    name = f"trl-step-gc-{spec['gc']}" + ("-bf16" if bf16 else "")
+    trainer = _trainer(cfg, work / name, spec["gc"] == "on", [timer], bf16)
     load_s = time.perf_counter() - t0
     trainer.train()
     warm = spec["warmup"]
     logs = timer.logs[warm:]
     return {
         "gradient_checkpointing": spec["gc"],
+        "precision": "bf16" if bf16 else "fp32",
         "load_s": load_s,
         "warmup_steps": warm,
         "step_time_s": timer.times[warm:],

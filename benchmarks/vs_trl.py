@@ -94,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure TRL with checkpointing on and off and keep the faster (both), or only one",
     )
     p.add_argument(
+        "--trl-precision",
+        default="auto",
+        choices=["auto", "both", "fp32", "bf16"],
+        help="TRL in fp32 and with its bf16=True (mixed precision) and keep the faster (both), "
+        "or one; auto: both where the CPU has oneDNN's bf16 kernels (AVX-512-BF16, AMX) or on "
+        "CUDA, else fp32 (bf16 matmuls run ~100x slower on an AVX2-only CPU)",
+    )
+    p.add_argument(
         "--trl-keep-freed-memory",
         action="store_true",
         help="run TRL's processes with the malloc setting of rlvr's training.keep_freed_memory "
@@ -314,6 +322,25 @@ def run_peer(name: str, script: str, spec: dict[str, Any], work: Path, timeout: 
     return result
 
 
+def trl_precisions(choice: str) -> list[str]:
+    """The precisions TRL's step is measured in (`--trl-precision`)."""
+    if choice == "both":
+        return ["fp32", "bf16"]
+    if choice != "auto":
+        return [choice]
+    import torch
+
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    fast_bf16 = torch.cuda.is_available() or bool(supported is not None and supported())
+    return ["fp32", "bf16"] if fast_bf16 else ["fp32"]
+
+
+def trl_variant(gc: str, precision: str) -> str:
+    """A TRL step run's label: its gradient checkpointing, "-bf16" added for TRL's bf16=True
+    (fp32 runs keep the plain "on" / "off" labels)."""
+    return gc if precision == "fp32" else f"{gc}-bf16"
+
+
 def versions() -> dict[str, str]:
     out = {"python": sys.version.split()[0]}
     for pkg in ("torch", "transformers", "trl", "rlvr", "peft", "accelerate"):
@@ -354,9 +381,10 @@ def summarize(
     if "step" in rlvr and trl_steps:
         rlvr_median = median(rlvr["step"]["step_time_s"])
         trl_medians = {gc: median(s["step_time_s"]) for gc, s in trl_steps.items()}
-        best_gc = min(trl_medians, key=trl_medians.get)
+        best_gc = min(trl_medians, key=trl_medians.get)  # the fastest variant's label
         out["step_speedup_vs_trl"] = _ratio(trl_medians[best_gc], rlvr_median)
-        out["trl_gradient_checkpointing"] = best_gc
+        out["trl_gradient_checkpointing"] = best_gc.removesuffix("-bf16")
+        out["trl_precision"] = trl_steps[best_gc].get("precision", "fp32")
         raw["step"] = {
             "rlvr_median_step_s": rlvr_median,
             "trl_median_step_s": trl_medians[best_gc],
@@ -446,7 +474,8 @@ def print_table(result: dict[str, Any]) -> None:
         lines.append(
             f"step time     rlvr {st['rlvr_median_step_s']:.2f} s  "
             f"TRL {st['trl_median_step_s']:.2f} s "
-            f"(gradient checkpointing {result['trl_gradient_checkpointing']})  speedup "
+            f"(gradient checkpointing {result['trl_gradient_checkpointing']}, "
+            f"{result.get('trl_precision', 'fp32')})  speedup "
             f"{fmt(result['step_speedup_vs_trl'])}x"
         )
         mem = result["peak_memory_mib"]
@@ -554,14 +583,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else [args.trl_gradient_checkpointing]
         )
         if "step" in parts:
-            for gc in gcs:
-                trl_runs[gc] = run_peer(
-                    f"trl-gc-{gc}",
-                    "_trl_peer.py",
-                    {**base, "phases": ["step"], "gc": gc},
-                    work,
-                    args.peer_timeout,
-                )
+            for precision in trl_precisions(args.trl_precision):
+                for gc in gcs:
+                    label = trl_variant(gc, precision)
+                    trl_runs[label] = run_peer(
+                        f"trl-gc-{label}",
+                        "_trl_peer.py",
+                        {**base, "phases": ["step"], "gc": gc, "precision": precision},
+                        work,
+                        args.peer_timeout,
+                    )
         # Time to accuracy: each run in a fresh process (no heap or thread state left by the
         # SmolLM2 phases), the two libraries' runs next to each other in time, in ABBA order.
         tta_runs: dict[str, list[dict[str, Any]]] = {"rlvr": [], "trl": []}
@@ -596,8 +627,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rlvr_overrides": overrides,
         "rlvr_extra": list(args.rlvr),
         "trl_gradient_checkpointing_measured": args.trl_gradient_checkpointing,
+        "trl_precisions_measured": trl_precisions(args.trl_precision),
         "trl_keep_freed_memory": args.trl_keep_freed_memory,
-        "trl_fixed": {"use_cpu": True, "bf16": False, "fp16": False, "shuffle_dataset": False},
+        "trl_fixed": {"use_cpu": True, "fp16": False, "shuffle_dataset": False},
         "rollout_batches": batches,
         "rollout_repeats": args.rollout_repeats,
         "tta_overrides": tta,

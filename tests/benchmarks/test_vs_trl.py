@@ -264,3 +264,20 @@ def test_benchmark_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path):
     assert raw["matmul_peak"]["gflops"] > 0
     assert raw["tta"]["rlvr"]["reached"] and raw["tta"]["trl"]["reached"]
     assert result["settings"]["group_size"] == 4 and result["settings"]["rlvr_extra"] == []
+
+
+def test_trl_bf16_runs_are_labelled_and_the_fastest_precision_is_reported():
+    import copy
+
+    runs = _trl_runs()
+    fastest = min(runs, key=lambda label: vs_trl.median(runs[label]["step"]["step_time_s"]))
+    bf16 = copy.deepcopy(runs[fastest])
+    bf16["step"]["step_time_s"] = [t / 2 for t in bf16["step"]["step_time_s"]]
+    bf16["step"]["precision"] = "bf16"
+    runs[vs_trl.trl_variant(fastest, "bf16")] = bf16
+    out = vs_trl.summarize(_args(), _rlvr_result(), runs, None, [8], _tta_runs())
+    assert out["trl_precision"] == "bf16" and out["trl_gradient_checkpointing"] == fastest
+    assert vs_trl.trl_variant("off", "fp32") == "off"
+    assert vs_trl.trl_precisions("both") == ["fp32", "bf16"]
+    assert vs_trl.trl_precisions("fp32") == ["fp32"]
+    assert vs_trl.trl_precisions("auto")[0] == "fp32"
