@@ -281,9 +281,11 @@ def test_long_outputs_are_verified_and_fast(verifier):
     ids=["unclosed-tags", "closes-first", "many-boxes", "long-answer-line", "deep-boxes"],
 )
 def test_adversarial_completions_are_extracted_in_linear_time(text):
+    # ~0.2-0.3 s alone on a 2-core CPU, 1.04 s once beside the rest of the suite; a quadratic
+    # extraction of these 50k repeats would take minutes, so 3 s still catches it
     start = time.monotonic()
     extract_answers(text)
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 3.0
 
 
 def test_score_detail_is_the_extracted_answer(verifier):
