@@ -118,16 +118,17 @@ def task_prompt_tokens(cfg: Any, count: int = 200) -> tuple[int, str]:
     encode them (the tokenizer, chat template, system prompt, declared tools, few-shot
     examples), and where the figure comes from; FALLBACK_PROMPT_TOKENS when the model
     directory has no tokenizer (a config.json alone, to plan a model not downloaded)."""
-    from rlvr.data.registry import build_task, heldout_size
+    from rlvr.data.registry import heldout_size
     from rlvr.models.loading import load_tokenizer
     from rlvr.runs.policy import prompt_encoder
+    from rlvr.runs.task import build_run_task
 
     m = cfg.model
     try:
         tokenizer = load_tokenizer(m.name_or_path, m.trust_remote_code, m.gguf_file)
     except (OSError, ValueError, TypeError, ModelLoadError):
         return FALLBACK_PROMPT_TOKENS, f"{FALLBACK_PROMPT_TOKENS}, no tokenizer to measure"
-    task = build_task(cfg.data)
+    task = build_run_task(cfg)
     size = heldout_size(task, min(count, cfg.eval.size or count))
     try:
         samples = task.heldout(size) if size else []

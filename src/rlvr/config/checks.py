@@ -29,6 +29,9 @@ FORBIDDEN_TEMPLATE_FIELDS = (
     "canonical_solution",
 )
 
+# environment.name prefixes naming another library's environment (rlvr.environments.adapters)
+ADAPTER_NAMES = ("verifiers", "openenv", "skyrl-gym", "textarena")
+
 # data.* keys read only by one data.task (data/registry.py builds each task from these)
 TASK_KEYS = {
     "addition": ("digits",),
@@ -84,6 +87,11 @@ def validate(cfg: Config) -> None:
         )
     if cfg.data.task == "dataset" and not cfg.data.path:
         raise ConfigError("data.path: required when data.task is 'dataset'")
+    if cfg.data.task == "environment" and not cfg.environment.name:
+        raise ConfigError(
+            "data.task: 'environment' takes the rows of environment.name's library, and "
+            "environment.name is unset"
+        )
     if cfg.reward.overlong_buffer >= cfg.rollout.max_new_tokens:
         raise ConfigError(
             f"reward.overlong_buffer: must be < rollout.max_new_tokens = "
@@ -279,6 +287,8 @@ def config_warnings(cfg: Config) -> list[str]:
     elif env.name != "python":
         for name in ("format", "memory_mb", "max_output_chars"):
             unused(f"environment.{name}", f"it configures the built-in python tool, not {env.name}")
+    if env.name and env.name.partition(":")[0] not in ADAPTER_NAMES:
+        unused("environment.args", "it configures another library's environment")
     if cfg.rollout.temperature == 0:
         for name in ("top_p", "top_k"):
             unused(f"rollout.{name}", "rollout.temperature=0 decodes greedily")

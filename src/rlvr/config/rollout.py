@@ -141,8 +141,14 @@ class EnvironmentConfig:
     name: str = option(
         "",
         "multi-turn rollouts: '' = none (single-turn), 'python' = a sandboxed python tool the "
-        "model calls mid-reasoning, or a user environment 'module:Class' / 'file.py:Class' "
-        "(docs/guides/tools.md)",
+        "model calls mid-reasoning, a user environment 'module:Class' / 'file.py:Class' "
+        "(docs/guides/tools.md), or another library's: 'verifiers:ENV_ID', 'openenv:URL', "
+        "'skyrl-gym:ENV_ID', 'textarena:ENV_ID' (docs/environments/)",
+    )
+    args: list[str] = option(
+        [],
+        "another library's environment: its loader's settings as KEY=VALUE items, values read "
+        "as YAML, e.g. [num_examples=200,max_turns=3]",
     )
     max_turns: int = option(4, "model turns per completion (tool calls + 1)", ge=1)
     format: str = option(

@@ -115,8 +115,18 @@ class DataConfig:
     task: str = option(
         "addition",
         "built-in procedural task (addition, arithmetic, countdown), 'gym' for a reasoning-gym "
-        "generator (the 'gym' extra), or 'dataset' to read data.path; see docs/tasks.md",
-        choices=["addition", "arithmetic", "countdown", "multiplication", "gym", "dataset"],
+        "generator (the 'gym' extra), 'dataset' to read data.path, or 'environment' for the "
+        "rows of environment.name's library (a verifiers environment's dataset); see "
+        "docs/tasks.md",
+        choices=[
+            "addition",
+            "arithmetic",
+            "countdown",
+            "multiplication",
+            "gym",
+            "dataset",
+            "environment",
+        ],
     )
     digits: int = option(3, "operand digits of the addition task", ge=1, le=12)
     level: int = option(

@@ -449,25 +449,54 @@ def load_prompt_dataset(
     fields = fields or FieldMap()
     if not 0.0 <= eval_fraction < 1.0:
         raise DataError(f"{path}: eval_fraction must be in [0, 1), got {eval_fraction}")
-    name = _dataset_name(path)
     rows = load_rows(path, split=split)
     if not rows:
         raise DataError(f"{path}: no rows (expected at least one prompt)")
-
+    eval_rows = None
     if eval_path is not None:
         eval_rows = load_rows(eval_path, split=eval_split or split)
         if not eval_rows:
             raise DataError(f"{eval_path}: no rows (expected at least one prompt)")
+    return rows_dataset(
+        rows,
+        eval_rows,
+        name=_dataset_name(path),
+        origin=path,
+        eval_origin=eval_path,
+        eval_fraction=eval_fraction,
+        fields=fields,
+        seed=seed,
+        needs=needs,
+    )
+
+
+def rows_dataset(
+    rows: list[dict],
+    eval_rows: list[dict] | None,
+    *,
+    name: str,
+    origin: str,
+    eval_origin: str | None = None,
+    eval_fraction: float = 0.1,
+    fields: FieldMap | None = None,
+    seed: int = 0,
+    needs: Mapping[str, str] | None = None,
+) -> PromptDataset:
+    """A PromptDataset of rows already read (from `origin`, which error messages name): the
+    held-out set `eval_rows` (from `eval_origin`) when given, else a seeded split of `rows`
+    as `load_prompt_dataset` makes it."""
+    fields = fields or FieldMap()
+    if eval_rows is not None:
         return PromptDataset(
             rows,
             eval_rows,
             fields,
             name=name,
-            origin=path,
-            eval_origin=eval_path,
+            origin=origin,
+            eval_origin=eval_origin,
             needs=needs,
         )
-
+    path = origin
     numbers = list(range(1, len(rows) + 1))
     # Validate every row in file order first, so the first bad row is the one reported.
     for row, n in zip(rows, numbers):

@@ -6,16 +6,41 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlvr.config import DataConfig
+from rlvr.errors import ConfigError
 from rlvr.rewards.compose import verifier_needs
 
 
-def build_task(cfg: DataConfig, verifier: Any = None) -> Any:
+def build_task(
+    cfg: DataConfig,
+    verifier: Any = None,
+    rows: tuple[list[dict], list[dict]] | None = None,
+    origin: str = "the environment",
+) -> Any:
     """The task of `cfg`, its prompts rewritten by `data.prompt_template` when one is set and
     preceded by `data.fewshot` solved training problems when that is > 0. With the run's
     `verifier`, a dataset's rows are checked for what it needs before anything else runs
-    (`verifier_needs`: the reference answer of math, a TRL function's named columns)."""
+    (`verifier_needs`: the reference answer of math, a TRL function's named columns).
+    `data.task=environment` needs `rows`, (training rows, held-out rows; none: a split of
+    the training rows by data.eval_fraction) that come from `origin`
+    (rlvr.runs.task.build_run_task gives them)."""
     needs = verifier_needs(verifier) if verifier is not None else {}
-    task = _build_task(cfg, needs)
+    if cfg.task == "environment":
+        if rows is None:
+            raise ConfigError("data.task: 'environment' needs a run with environment.name set")
+        from rlvr.data.datasets import FieldMap, rows_dataset
+
+        task: Any = rows_dataset(
+            rows[0],
+            rows[1] or None,
+            name=origin.rpartition(":")[2] or "environment",
+            origin=origin,
+            eval_fraction=cfg.eval_fraction,
+            fields=FieldMap(prompt=cfg.prompt_field, answer=cfg.answer_field),
+            seed=cfg.seed,
+            needs=needs,
+        )
+    else:
+        task = _build_task(cfg, needs)
     if cfg.prompt_template:
         from rlvr.data.template import TemplatedTask
 

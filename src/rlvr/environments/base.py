@@ -44,6 +44,11 @@ class StepResult:
     tool_call, tool_error, tool_timeout, tool_seconds: the step ran a tool call, it failed
         (raised, non-zero exit, killed at a limit), it was killed at its time limit, and the
         seconds it took; logged as tool metrics.
+    metrics: the environment's own figures for the row (a rubric's components, a game's
+        outcome), names to finite real numbers; a later step's value of a name replaces an
+        earlier one. Logged each step as `env/<name>`, the mean over the rows that reported
+        the name (docs/metrics.md), and kept with the row in samples/. A row whose
+        environment fails reports none.
     """
 
     observation: str | None = None
@@ -54,6 +59,7 @@ class StepResult:
     tool_error: bool = False
     tool_timeout: bool = False
     tool_seconds: float = 0.0
+    metrics: Mapping[str, float] | None = None
 
 
 @runtime_checkable

@@ -1,10 +1,24 @@
-"""Environments by name, as `environment.name` selects them."""
+"""Environments by name, as `environment.name` selects them.
+
+Another library's environment is named 'LIBRARY:REF' (`ADAPTER_NAMES`: verifiers, openenv,
+skyrl-gym, textarena) and made by the module `rlvr.environments.adapters.<library>` (the
+library imported lazily, in its optional extra). Such a module has
+
+    factory(ref: str, env: EnvironmentConfig, settings: dict) -> Callable[[], Environment]
+
+(`settings`: `environment.args` read as keyword arguments), the callable optionally carrying
+`stop` (the strings that end a model turn) and `rows(split) -> list[dict] | None` (split
+"train" or "eval": the library's own prompts, what `data.task=environment` trains on).
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
+from rlvr.config.checks import ADAPTER_NAMES
+from rlvr.config.settings import parse_settings
 from rlvr.environments.base import Environment
 from rlvr.environments.formats import tool_format
 from rlvr.environments.python_tool import PythonTool, python_tool_settings
@@ -25,7 +39,8 @@ def environment_factory(spec: str, **options: Any) -> Callable[[], Environment]:
     if ":" not in spec:
         raise ConfigError(
             f"environment.name: unknown environment {spec!r}; expected 'python', "
-            f"'module:Class' or 'path/file.py:Class'"
+            f"'module:Class', 'path/file.py:Class' or one of "
+            f"{', '.join(f'{a}:...' for a in ADAPTER_NAMES)}"
         )
     cls = load_attribute(spec, "environment.name", "class")
     try:
@@ -61,5 +76,42 @@ def environment_from_config(env: Any) -> tuple[Callable[[], Environment], tuple[
             max_output_chars=env.max_output_chars,
         )
         return make, tool_format(env.format).stop
-    make = environment_factory(env.name)
+    library, _, ref = env.name.partition(":")
+    if library in ADAPTER_NAMES:
+        make = adapter_factory(env)
+    else:
+        make = environment_factory(env.name)
     return make, tuple(getattr(make, "stop", ()))
+
+
+def adapter_factory(env: Any) -> Callable[[], Environment]:
+    """The environment factory of another library's environment 'LIBRARY:REF' named by the
+    environment section `env` (module docstring), made once per section and kept (a library's
+    loader can be slow: the task's rows and the rollouts share one)."""
+    key = (env.name, tuple(env.args), env.timeout_s, env.workers, env.max_turns)
+    if key not in _FACTORIES:
+        library, _, ref = env.name.partition(":")
+        if not ref:
+            raise ConfigError(f"environment.name: {env.name!r} names no {library} environment")
+        module = importlib.import_module(f"rlvr.environments.adapters.{library.replace('-', '_')}")
+        settings = parse_settings(env.args, "environment.args")
+        _FACTORIES[key] = module.factory(ref, env, settings)
+    return _FACTORIES[key]
+
+
+_FACTORIES: dict[tuple, Callable[[], Environment]] = {}
+
+
+def environment_rows(env: Any) -> tuple[list[dict], list[dict]]:
+    """(training rows, held-out rows) of the environment named by the section `env`: the
+    prompts its library ships with it (`data.task=environment`). A ConfigError when it has
+    none."""
+    library = env.name.partition(":")[0]
+    rows = getattr(adapter_factory(env), "rows", None) if library in ADAPTER_NAMES else None
+    train = rows("train") if rows is not None else None
+    if not train:
+        raise ConfigError(
+            f"data.task: 'environment' takes the rows of environment.name's library, and "
+            f"{env.name or 'no environment'} has no prompts of its own; use another data.task"
+        )
+    return list(train), list(rows("eval") or [])  # type: ignore[misc]

@@ -19,6 +19,7 @@ from rlvr.observe.passk import maj_at_k, pass_at_k
 from rlvr.rewards.base import Failure
 from rlvr.rewards.exact import extract_final_answer, is_reasoning
 from rlvr.rewards.scoring import Scorer
+from rlvr.rollout.multi_turn import environment_metrics
 from rlvr.rollout.types import Engine, SamplingParams
 
 
@@ -172,11 +173,13 @@ def _score(
 
 def tool_use(records: Sequence[Any]) -> dict[str, float]:
     """tool_call_fraction (completions that made at least one tool call), tool_calls_mean
-    (calls per completion) and turns_mean of multi-turn rows' ToolRecords."""
+    (calls per completion), turns_mean and the environments' own figures (`env/<name>`) of
+    multi-turn rows' ToolRecords."""
     return {
         "tool_call_fraction": _mean([r.calls > 0 for r in records]),
         "tool_calls_mean": _mean([r.calls for r in records]),
         "turns_mean": _mean([r.turns for r in records]),
+        **environment_metrics(records),
     }
 
 
@@ -368,7 +371,7 @@ def evaluate_config(
 ) -> dict[str, float]:
     """The held-out evaluation `rlvr train` runs on `cfg` (a Config) before its first step
     (summary.json's eval_before), built in the trainer's order by the trainer's own functions:
-    the verifier, the task (`build_task`: templates, few-shot examples), the policy
+    the verifier, the task (`build_run_task`: templates, few-shot examples), the policy
     (`build_policy`: model.precision's dtype, LoRA, the chat template, system prompt and
     declared tools of `Policy.encode`), the rollout engine with its environment, long dataset
     prompts dropped as the trainer drops them (`data.max_prompt_tokens`), and `heldout_eval`.
@@ -377,15 +380,15 @@ def evaluate_config(
     the model is released when this returns."""
     from dataclasses import replace
 
-    from rlvr.data.registry import build_task
     from rlvr.distributed.world import World
     from rlvr.errors import ConfigError
     from rlvr.models.loading import resolve_device
     from rlvr.rewards.compose import build_verifier
     from rlvr.runs.policy import build_policy, build_rollout_engine
+    from rlvr.runs.task import build_run_task
 
     verifier = build_verifier(cfg.reward.verifier)
-    task = build_task(cfg.data, verifier)
+    task = build_run_task(cfg, verifier)
     weights_only = replace(
         cfg,
         algorithm=replace(cfg.algorithm, kl_coef=0.0, kl_in_reward=False),

@@ -93,6 +93,7 @@ class _Row:
     seconds: float = 0.0
     turns: int = 0
     reward: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # the environment's own figures
     failure: Failure | None = None  # the environment failed: the row ends, reward 0
 
     def fail(self, failure: Failure | None) -> None:
@@ -255,6 +256,8 @@ class MultiTurnEngine:
                 row.seconds += result.tool_seconds
                 if result.reward is not None:
                     row.reward = float(result.reward)
+                if result.metrics:
+                    row.metrics.update(result.metrics)
                 if result.done or result.observation is None:
                     continue
                 obs = self._observation_ids(result.observation, result, row.finish)
@@ -367,6 +370,7 @@ class MultiTurnEngine:
                     r.reward if f is None else 0.0,  # a failed environment's row scores 0
                     tuple(r.parts),
                     f,
+                    dict(r.metrics) if f is None else {},  # a failed row reports none
                 )
                 for r, f in zip(rows, failure)
             ],
@@ -375,14 +379,47 @@ class MultiTurnEngine:
 
 def checked_step(result: Any) -> StepResult:
     """`result` when it is a StepResult whose reward is None or a finite real number
-    (`checked_reward`); else TypeError or ValueError naming what the step returned."""
+    (`checked_reward`) and whose metrics are None or a mapping of non-empty names to finite
+    real numbers (then a copy of it, the numbers as floats); else TypeError or ValueError
+    naming what the step returned."""
     if not isinstance(result, StepResult):
         raise return_error(result, "the environment's step", "a StepResult")
     if result.reward is not None:
         checked_reward(
             result.reward, "the environment's step", field="a StepResult whose reward is"
         )
+    if result.metrics is not None:
+        if not isinstance(result.metrics, Mapping):
+            raise return_error(
+                result.metrics,
+                "the environment's step",
+                "a mapping of names to numbers",
+                field="a StepResult whose metrics are",
+            )
+        metrics = {}
+        for name, value in result.metrics.items():
+            if not isinstance(name, str) or not name:
+                raise return_error(
+                    name,
+                    "the environment's step",
+                    "a non-empty string",
+                    field="a StepResult with a metric name",
+                )
+            metrics[name] = checked_reward(
+                value, "the environment's step", field=f"a StepResult whose metric {name!r} is"
+            )
+        result = replace(result, metrics=metrics)  # a copy: the environment keeps its own
     return result
+
+
+def environment_metrics(records: Sequence[Any]) -> dict[str, float]:
+    """`env/<name>`: the mean of each of the environments' own figures (StepResult.metrics)
+    over the rows that reported it, names in sorted order."""
+    values: dict[str, list[float]] = {}
+    for record in records:
+        for name, value in record.metrics.items():
+            values.setdefault(name, []).append(value)
+    return {f"env/{name}": sum(v) / len(v) for name, v in sorted(values.items())}
 
 
 def _turn_generator(

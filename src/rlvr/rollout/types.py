@@ -118,7 +118,8 @@ class ToolRecord:
     end (None: the verifier scores the transcript), the transcript as (who, text) parts,
     who being "model" (sampled) or "env" (inserted), in order, and `failure`: the record of
     the environment failing the row (its reset or step raised, or a step returned something
-    wrong; the row ended and its env_reward is 0), else None."""
+    wrong; the row ended and its env_reward is 0), else None; `metrics`: the environment's
+    own figures for the row (StepResult.metrics; none when it failed)."""
 
     calls: int = 0
     errors: int = 0
@@ -128,6 +129,7 @@ class ToolRecord:
     env_reward: float | None = None
     transcript: tuple[tuple[str, str], ...] = ()
     failure: Failure | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
 
 # Every per-row field of a RolloutBatch (prompt_index last: callers renumber it), then the

@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 from rlvr.config import Config, to_dict
-from rlvr.data.registry import build_task
 from rlvr.distributed.world import World, init_world
 from rlvr.errors import UserError
 from rlvr.evaluation.evaluate import heldout_eval
@@ -52,6 +51,7 @@ from rlvr.runs.run import (
     write_summary,
 )
 from rlvr.runs.run_dir import check_resumable, check_run_dir, create_run_dir, write_config
+from rlvr.runs.task import build_run_task
 from rlvr.training.collect import Collector, ScoredRollouts
 from rlvr.training.learner import Learner
 from rlvr.training.rl_state import RLCheckpoints
@@ -156,7 +156,7 @@ class GRPOTrainer:
             # before the model: its blocks come from the kept heap too
             keep_freed_memory(0 < cfg.training.map_large_blocks_from <= r.max_new_tokens)
         self.verifier = build_verifier(cfg.reward.verifier, workers=cfg.reward.workers)
-        self.task = build_task(cfg.data, self.verifier)  # rows checked for what it needs
+        self.task = build_run_task(cfg, self.verifier)  # rows checked for what it needs
         resumed = run_dir if resume else None  # a resumed run keeps its recorded precision
         self.policy = build_policy(cfg, self.world, self.device, resumed=resumed, log=self.log)
         self.model, self.tokenizer = self.policy.model, self.policy.tokenizer

@@ -23,6 +23,7 @@ from rlvr.observe.metrics import JsonlWriter, percentile
 from rlvr.rewards.base import Failure, first_tracebacks
 from rlvr.rewards.exact import is_reasoning
 from rlvr.rollout import ToolRecord
+from rlvr.rollout.multi_turn import environment_metrics
 from rlvr.training.collect import ScoredRollouts
 
 ERRORS_PER_STEP = 32  # errors.jsonl lines per step, phase and kind; the counts stay exact
@@ -79,6 +80,7 @@ def tool_metrics(records: list[ToolRecord]) -> dict[str, float]:
         "tool_seconds": seconds,
         "tool_seconds_per_call": seconds / calls if calls else 0.0,
         "turns_mean": sum(r.turns for r in records) / n,
+        **environment_metrics(records),
     }
 
 
@@ -108,6 +110,8 @@ def write_samples(
             rows[-1]["tool_calls"] = record.calls
             rows[-1]["turns"] = record.turns
             rows[-1]["transcript"] = [{"from": who, "text": t} for who, t in record.transcript]
+            if record.metrics:
+                rows[-1]["env_metrics"] = dict(record.metrics)
     rows.sort(key=lambda r: -r["reward"])
     with (out / f"step-{step}.jsonl").open("w") as f:
         for r in rows:
