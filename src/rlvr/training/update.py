@@ -1,8 +1,10 @@
 """The policy update of one step: (scored batch, learner) -> (statistics, advantages).
 
 old log-probs   π_old of every token when more than one optimizer update is made per batch,
-                when the KL goes into the reward, or off-policy (with one on-policy update
-                the detached current log-probs are exact and no extra pass is made)
+                when the KL goes into the reward, or to mask far-off sequences (MIS); with one
+                update per batch the detached log-probs of the update's own forward are π_old
+                exactly and no extra pass is made, also when another policy sampled the batch
+                (its drift and importance weights then come from that same forward)
 reference       π_ref of every token when kl_coef > 0
 advantages      per sequence, from the rewards within each group (the KL folded into the
                 reward first with algorithm.kl_in_reward)
@@ -129,6 +131,8 @@ class UpdateBatch:
     active: torch.Tensor | None  # rows with a non-zero advantage, when the others are skipped
     sampler_stats: dict[str, float]
     time_logprobs_s: float
+    drift_limit: float = 0.0  # checked after the update when its own forward measures drift
+    staleness: int = 0
 
 
 def prepare_batch(
@@ -156,15 +160,17 @@ def prepare_batch(
 
     learner.forward.check(learner.policy.whole, tokens)
     t0 = time.perf_counter()
-    need_old = updates_per_step > 1 or alg.kl_in_reward or correct_sampler
+    # One update per batch: pi_old is the update's own forward, detached (unit_loss), also for
+    # the sampler's drift and importance weights; a pass before the update is needed only to
+    # fold the KL into the reward, to mask sequences by MIS, or for later updates' pi_old.
+    need_old = updates_per_step > 1 or alg.kl_in_reward or (correct_sampler and alg.mis_cap > 0)
     old_lp = learner.logprobs(learner.model, tokens) if need_old else None
     # the sampler's own log-probs, for the importance weights of rows another policy sampled
     sampler_lp = _padded(batch.logprobs, mask.shape) if correct_sampler else None
     ref_lp = learner.reference_logprobs(tokens) if learner.policy.use_reference else None
     time_logprobs = time.perf_counter() - t0
     sampler_stats: dict[str, float] = {}
-    if sampler_lp is not None:
-        assert old_lp is not None  # need_old: correcting the sampler needs the learner's own
+    if sampler_lp is not None and old_lp is not None:
         drift = sampler_drift(old_lp, sampler_lp, mask)
         sampler_stats = {k: float(v) for k, v in drift.items()}
         check_drift(sampler_stats["rollout_logprob_drift_mean"], drift_limit, scored.staleness)
@@ -192,7 +198,17 @@ def prepare_batch(
     )
     active = advantages.reshape(n, -1).ne(0).any(dim=1) if skip_zero else None
     return UpdateBatch(
-        tokens, mask, advantages, old_lp, sampler_lp, ref_lp, active, sampler_stats, time_logprobs
+        tokens,
+        mask,
+        advantages,
+        old_lp,
+        sampler_lp,
+        ref_lp,
+        active,
+        sampler_stats,
+        time_logprobs,
+        drift_limit,
+        scored.staleness,
     )
 
 
@@ -221,11 +237,12 @@ def unit_loss(
     if b.sampler_lp is not None:
         # the sampler's correction, no gradient: pi_old / pi_sampler truncated (tis) or
         # masked outside [1/C, C] (icepop)
-        tis, tis_stats = TOKEN_CORRECTIONS[alg.token_correction](
-            old, b.sampler_lp[rows, :width].to(device), m, alg.tis_cap
-        )
+        sampler = b.sampler_lp[rows, :width].to(device)
+        tis, tis_stats = TOKEN_CORRECTIONS[alg.token_correction](old, sampler, m, alg.tis_cap)
         per_token = per_token * tis
         pstats.update(tis_stats)
+        if b.old_lp is None:  # pi_old is this forward: the drift is measured here too
+            pstats.update(sampler_drift(old, sampler, m))
     loss = aggregate_loss(per_token, m, **agg)
     if b.ref_lp is not None and not alg.kl_in_reward:
         kl = kl_penalty(lp, b.ref_lp[rows, :width].to(device), alg.kl_estimator)
@@ -317,6 +334,8 @@ def update(
     stats["lr"] = learner.scheduler.get_last_lr()[0]
     stats["advantage_abs_mean"] = float(b.advantages.abs().mean())
     stats.update(b.sampler_stats)
+    if b.sampler_lp is not None and b.old_lp is None:  # measured by the update's forward
+        check_drift(stats["rollout_logprob_drift_mean"], b.drift_limit, b.staleness)
     stats["time_logprobs_s"] = b.time_logprobs_s
     stats["time_update_s"] = time_update
     stats["tokens_per_s_train"] = (
