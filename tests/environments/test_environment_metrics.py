@@ -14,8 +14,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import EnvironmentConfig
-from rlvr.environments import StepResult
-from rlvr.environments import registry
+from rlvr.environments import StepResult, registry
 from rlvr.environments.registry import environment_from_config, environment_rows
 from rlvr.errors import ConfigError
 from rlvr.rollout import ToolRecord
