@@ -52,6 +52,10 @@ class Schema:
             from rlvr.sample.job import SampleConfig
 
             return SampleConfig
+        if self.anchor == "serve":
+            from rlvr.serve.config import ServeConfig
+
+            return ServeConfig
         if self.anchor == "filter-stage":
             from rlvr.pipeline.stages import filter_schema
 
@@ -75,6 +79,7 @@ SCHEMAS = (
         "`rlvr sample`, pipeline `sample` (alias `rejection_sample`) stages",
         ("sample",),
     ),
+    Schema("serve", "rlvr serve", "`rlvr serve`", ("serve",)),
     Schema("filter-stage", "Pipeline filter stage", "pipeline `filter` stages", ()),
     Schema("eval-stage", "Pipeline eval stage", "pipeline `eval` stages", ()),
 )

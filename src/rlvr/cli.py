@@ -4,6 +4,7 @@
     rlvr verify --verifier NAME --input samples.jsonl [--output out.jsonl]
     rlvr eval --model PATH [--model PATH ...] [--k 8]
     rlvr report RUN_DIR [RUN_DIR ...]
+    rlvr serve [--config FILE.yaml] [key=value ...] [--host 127.0.0.1] [--port 8000]
 
 User errors (a config typo, a missing model, a bad value) print one line on stderr and exit 2;
 --debug shows the traceback instead.
@@ -33,6 +34,7 @@ SUBCOMMANDS = (
     "verify",
     "report",
     "estimate",
+    "serve",
 )
 
 
