@@ -110,3 +110,32 @@ def test_a_pool_reports_no_components_for_a_single_verifier(spec):
         scorer = Scorer(build_verifier(single), pool)
         assert scorer(["ab"], [{}]) == ([0.2], 0)
         assert scorer.pop_components() == {}
+
+
+def _picky(completion, sample):
+    if completion == "boom":
+        raise RuntimeError("picky failed")
+    return float(completion == sample["answer"])
+
+
+def test_rows_an_environment_scored_are_not_scored_and_failures_keep_their_rows():
+    calls = []
+
+    def counted(completion, sample):
+        calls.append(completion)
+        return _picky(completion, sample)
+
+    scorer = Scorer(counted)
+    texts = ["1", "boom", "3", "boom"]
+    samples = [{"id": f"s{i}", "answer": str(i + 1)} for i in range(4)]
+    rewards, failed = scorer(texts, samples, first_row=10, skip=[True, False, False, True])
+    assert rewards == [0.0, 0.0, 1.0, 0.0] and failed == 1
+    assert calls == ["boom", "3"]  # the skipped rows never reach the verifier
+    (failure,) = scorer.pop_failures()
+    assert (failure.row, failure.sample_id) == (11, "s1")  # numbered as if all were scored
+    assert scorer(texts, samples, skip=[False] * 4)[0] == scorer(texts, samples)[0]
+
+
+def test_the_environment_verifier_scores_0_and_reads_no_field():
+    verifier = build_verifier("environment")
+    assert Scorer(verifier)(["632", "<think>x</think>1"], [{}, {"prompt": "p"}]) == ([0.0, 0.0], 0)

@@ -166,6 +166,7 @@ def _score(
         first_row=first_row,
         indices=batch.prompt_index,
         completion_ids=getattr(batch, "completion_ids", None),  # read by TRL functions only
+        skip=getattr(batch, "environment_scored", None),
     )
     moved = [replace(f, row=first_row + f.row) for f in batch.environment_failures()]
     return batch.rewards_with_env(rewards), scorer.pop_failures() + moved

@@ -18,6 +18,7 @@ from rlvr.rewards.base import Verifier
 def _builtin() -> dict[str, Verifier]:
     from rlvr.rewards.code import code_reward
     from rlvr.rewards.countdown import countdown_reward
+    from rlvr.rewards.environment import environment_reward
     from rlvr.rewards.exact import exact_answer_reward
     from rlvr.rewards.format import format_reward
     from rlvr.rewards.gym import gym_reward  # reasoning-gym itself loads on first use
@@ -29,6 +30,7 @@ def _builtin() -> dict[str, Verifier]:
     return {
         "code": code_reward,
         "countdown": countdown_reward,
+        "environment": environment_reward,
         "exact_answer": exact_answer_reward,
         "format": format_reward,
         "gym": gym_reward,

@@ -62,6 +62,7 @@ class Scorer:
         first_row: int = 0,
         indices: Sequence[int] | None = None,
         completion_ids: Sequence[Any] | None = None,
+        skip: Sequence[bool] | None = None,
     ) -> tuple[list[float], int]:
         """(reward per completion, number of failures); raises ValueError on unequal lengths.
 
@@ -69,9 +70,12 @@ class Scorer:
         and `sample_id` from its sample, else `indices[position]` (default: the row); of the
         records of one error (`Failure.key`) only the first keeps its traceback.
         `completion_ids`: each completion's token ids (ints, or a tensor: its tolist()), for
-        TRL-shaped functions."""
+        TRL-shaped functions. `skip[i]`: completion i is not scored (its environment gave
+        its reward, which replaces the verifier's): reward 0, no failure, no component value."""
         if len(texts) != len(samples):
             raise ValueError(f"{len(texts)} completions for {len(samples)} samples")
+        if skip is not None and any(skip):
+            return self._some(texts, samples, first_row, indices, completion_ids, skip)
         if not self.batched:
             completion_ids = None  # nothing reads them: not sent to workers
         elif completion_ids is not None:  # tensors (a RolloutBatch's) as plain lists of ints
@@ -93,6 +97,35 @@ class Scorer:
             sid = sample_id(samples[f.row], index)
             self.failures.append(replace(f, row=first_row + f.row, sample_id=sid))
         return rewards, len(failed)
+
+    def _some(
+        self,
+        texts: list[str],
+        samples: list[Mapping[str, Any]],
+        first_row: int,
+        indices: Sequence[int] | None,
+        completion_ids: Sequence[Any] | None,
+        skip: Sequence[bool],
+    ) -> tuple[list[float], int]:
+        """`__call__` of the completions not skipped, their failures numbered as if all were
+        scored; the skipped ones 0."""
+        keep = [i for i, s in enumerate(skip) if not s]
+        where = list(indices) if indices is not None else [first_row + i for i in range(len(texts))]
+        before = len(self.failures)
+        scored, failed = self(
+            [texts[i] for i in keep],
+            [samples[i] for i in keep],
+            indices=[where[i] for i in keep],
+            completion_ids=[completion_ids[i] for i in keep]
+            if completion_ids is not None
+            else None,
+        )
+        for j in range(before, len(self.failures)):
+            self.failures[j] = replace(self.failures[j], row=first_row + keep[self.failures[j].row])
+        rewards = [0.0] * len(texts)
+        for i, reward in zip(keep, scored):
+            rewards[i] = reward
+        return rewards, failed
 
     @property
     def batched(self) -> bool:

@@ -102,6 +102,14 @@ class RolloutBatch:
             return rewards
         return [r if t.env_reward is None else t.env_reward for r, t in zip(rewards, self.tools)]
 
+    @property
+    def environment_scored(self) -> list[bool] | None:
+        """Per row, whether its environment gave its reward (so no verifier need score it);
+        None for single-turn batches."""
+        if self.tools is None:
+            return None
+        return [t.env_reward is not None for t in self.tools]
+
     def environment_failures(self) -> list[Failure]:
         """The records of the rows whose environment failed (multi-turn rows only), in order."""
         return [t.failure for t in self.tools or () if t.failure is not None]

@@ -148,6 +148,7 @@ class LocalRollouts:
             first_row=lo * g,  # failures are numbered by the round's rows and prompts
             indices=[lo + i for i in batch.prompt_index],
             completion_ids=batch.completion_ids,  # read by TRL-shaped reward functions only
+            skip=batch.environment_scored,
         )
         rewards = batch.rewards_with_env(rewards)  # an environment's own reward comes first
         t_score = time.perf_counter() - t0
@@ -263,7 +264,10 @@ class _ScoredGroups:
         sample, started = self.samples.pop(index)
         t0 = time.perf_counter()
         rewards, failures = self.scorer(
-            batch.completion_text, [sample] * self.g, completion_ids=batch.completion_ids
+            batch.completion_text,
+            [sample] * self.g,
+            completion_ids=batch.completion_ids,
+            skip=batch.environment_scored,
         )
         rewards = batch.rewards_with_env(rewards)
         components, errors = self.scorer.pop_components(), self.scorer.pop_failures()
