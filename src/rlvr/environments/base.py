@@ -40,7 +40,8 @@ class StepResult:
         None or a finite real number fails the row.
     done: the row ends after this step (also when an observation is given: it is not shown).
     role: None: the observation text is appended as it is (tokenized alone); a chat role
-        ('tool', 'user'): it is that message, rendered by the tokenizer's chat template.
+        ('tool', 'user'): it is that message, rendered by the tokenizer's chat template (a
+        tokenizer without one appends the text as it is).
     tool_call, tool_error, tool_timeout, tool_seconds: the step ran a tool call, it failed
         (raised, non-zero exit, killed at a limit), it was killed at its time limit, and the
         seconds it took; logged as tool metrics.

@@ -336,7 +336,8 @@ class MultiTurnEngine:
 
     def _observation_ids(self, text: str, result: StepResult | None, finish: str) -> list[int]:
         role = result.role if result is not None else None
-        if role is None:
+        if role is None or not getattr(self.tokenizer, "chat_template", None):
+            # (without a chat template there are no messages: a role's text is appended as is)
             return self.tokenizer.encode(text, add_special_tokens=False)
         return chat_observation_ids(self.tokenizer, role, text, ended_at_eos=finish == "eos")
 
