@@ -88,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
         "rollout.engine=fast or training.token_budget=4096",
     )
     shared.add_argument(
+        "--rlvr-baseline",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="the step benchmark also runs rlvr with these overrides instead of --rlvr's "
+        "(repeatable; e.g. model.precision=fp32), in the same run, and reports rlvr's speedup "
+        "over it (step_speedup_vs_rlvr_baseline)",
+    )
+    shared.add_argument(
         "--trl-gradient-checkpointing",
         default="both",
         choices=["both", "on", "off"],
@@ -364,9 +373,11 @@ def summarize(
     peak: dict[str, Any] | None,
     batches: list[int],
     tta_runs: dict[str, list[dict[str, Any]]] | None = None,
+    baseline: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ratios, each next to the raw measurements it is computed from. `tta_runs` holds each
-    library's time-to-accuracy runs ({"rlvr": [...], "trl": [...]})."""
+    library's time-to-accuracy runs ({"rlvr": [...], "trl": [...]}); `baseline` the step of
+    rlvr with --rlvr-baseline's overrides."""
     out: dict[str, Any] = {
         "step_speedup_vs_trl": None,
         "rollout_speedup_vs_generate": None,
@@ -398,6 +409,16 @@ def summarize(
             "trl_by_gradient_checkpointing": {g: s["peak_rss_mib"] for g, s in trl_steps.items()},
         }
         memory["rlvr_over_trl"] = _ratio(memory["rlvr"], memory["trl"])
+    if "step" in rlvr and baseline and "step" in baseline:
+        base_median = median(baseline["step"]["step_time_s"])
+        out["step_speedup_vs_rlvr_baseline"] = _ratio(
+            base_median, median(rlvr["step"]["step_time_s"])
+        )
+        raw["step_baseline"] = {
+            "overrides": list(args.rlvr_baseline or []),
+            "median_step_s": base_median,
+            "rlvr": baseline["step"],
+        }
     if "step" in rlvr and peak:
         s = rlvr["step"]
         row_tokens = [u["prompt_tokens"] + u["completion_tokens"] for u in s["update_tokens"]]
@@ -480,6 +501,12 @@ def print_table(result: dict[str, Any]) -> None:
         )
         mem = result["peak_memory_mib"]
         lines.append(f"peak memory   rlvr {mem['rlvr']:.0f} MiB  TRL {mem['trl']:.0f} MiB")
+    if "step_baseline" in raw:
+        b = raw["step_baseline"]
+        lines.append(
+            f"rlvr baseline {b['median_step_s']:.2f} s ({' '.join(b['overrides'])})  rlvr's "
+            f"speedup over it {fmt(result['step_speedup_vs_rlvr_baseline'])}x"
+        )
     if "rollout" in raw:
         for b, r in raw["rollout"]["by_batch"].items():
             lines.append(
@@ -537,6 +564,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if overrides:
             load_config(None, overrides + args.rlvr)
             load_config(None, overrides)
+            if args.rlvr_baseline:
+                load_config(None, overrides + args.rlvr_baseline)
         if tta:
             load_config(None, tta + args.rlvr)
     except UserError as e:
@@ -576,6 +605,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 work,
                 args.peer_timeout,
             )
+        baseline: dict[str, Any] = {}
+        if "step" in parts and args.rlvr_baseline:
+            (work / "baseline").mkdir(exist_ok=True)
+            baseline = run_peer(
+                "rlvr-baseline",
+                "_rlvr_peer.py",
+                {
+                    **base,
+                    "work_dir": str(work / "baseline"),  # a run directory of its own
+                    "rlvr_extra": list(args.rlvr_baseline),
+                    "phases": ["step"],
+                },
+                work,
+                args.peer_timeout,
+            )
         trl_runs: dict[str, dict[str, Any]] = {}
         gcs = (
             ["off", "on"]
@@ -604,7 +648,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 script = "_rlvr_peer.py" if lib == "rlvr" else "_trl_peer.py"
                 done = run_peer(f"{lib}-tta-{rep}", script, spec, work, args.peer_timeout)
                 tta_runs[lib].append(done["tta"])
-        result = summarize(args, rlvr, trl_runs, peak, batches, tta_runs)
+        result = summarize(args, rlvr, trl_runs, peak, batches, tta_runs, baseline)
     finally:
         if not args.keep_work_dir and args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -626,6 +670,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "rlvr_overrides": overrides,
         "rlvr_extra": list(args.rlvr),
+        "rlvr_baseline": list(args.rlvr_baseline or []),
         "trl_gradient_checkpointing_measured": args.trl_gradient_checkpointing,
         "trl_precisions_measured": trl_precisions(args.trl_precision),
         "trl_keep_freed_memory": args.trl_keep_freed_memory,

@@ -281,3 +281,17 @@ def test_trl_bf16_runs_are_labelled_and_the_fastest_precision_is_reported():
     assert vs_trl.trl_precisions("both") == ["fp32", "bf16"]
     assert vs_trl.trl_precisions("fp32") == ["fp32"]
     assert vs_trl.trl_precisions("auto")[0] == "fp32"
+
+
+def test_an_rlvr_baseline_in_the_same_run_gives_rlvrs_speedup_over_it():
+    import copy
+
+    args = _args("--rlvr-baseline", "model.precision=fp32")
+    baseline = copy.deepcopy(_rlvr_result())
+    baseline["step"]["step_time_s"] = [5.0, 4.0, 6.0]  # median 5.0 against rlvr's 2.0
+    out = vs_trl.summarize(args, _rlvr_result(), _trl_runs(), None, [8], _tta_runs(), baseline)
+    assert out["step_speedup_vs_rlvr_baseline"] == pytest.approx(5.0 / 2.0)
+    assert out["raw"]["step_baseline"]["overrides"] == ["model.precision=fp32"]
+    assert "step_speedup_vs_rlvr_baseline" not in vs_trl.summarize(
+        _args(), _rlvr_result(), _trl_runs(), None, [8], _tta_runs()
+    )
