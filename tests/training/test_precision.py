@@ -251,14 +251,19 @@ def test_estimate_plans_fp32_masters_and_a_bf16_compute_copy(tmp_path, capsys):
     assert pure["bytes/trainable param"] == "8.0"
     assert fp32["compute_copy"] == pure["compute_copy"] == "0.0 MiB"
     assert mixed["compute_copy"] != "0.0 MiB"
-    # on a CPU the engines decode the fp32 masters (rollout.dtype=auto); a bf16 copy costs a
-    # cast replica and halves the K/V
-    assert mixed["replica"] == fp32["replica"] == "0.0 MiB"
-    assert mixed["kv_cache"] == fp32["kv_cache"]
+    # under bf16-mixed the engines decode a bf16 copy (rollout.dtype=auto): a cast replica,
+    # half the K/V; rollout.dtype=float32 decodes the fp32 masters themselves
+    assert fp32["replica"] == "0.0 MiB"
+    masters = report("model.precision=bf16-mixed", "rollout.dtype=float32")
+    assert masters["replica"] == "0.0 MiB" and masters["kv_cache"] == fp32["kv_cache"]
     cast = report("model.precision=bf16-mixed", "rollout.dtype=bfloat16")
     # (the kv_cache row is the larger of generation and evaluation: evaluation decodes fp32)
     half = float(fp32["generation phase"].split()[0]) / 2
     assert cast["replica"] != "0.0 MiB" and float(cast["generation phase"].split()[0]) == half
+    assert (
+        mixed["replica"] == cast["replica"]
+        and mixed["generation phase"] == cast["generation phase"]
+    )
     gpu = report("model.precision=bf16-mixed", "model.device=cuda")
     assert gpu["replica"] == cast["replica"] and gpu["generation phase"] == cast["generation phase"]
 
@@ -267,8 +272,8 @@ def test_estimate_plans_fp32_masters_and_a_bf16_compute_copy(tmp_path, capsys):
 def test_under_bf16_mixed_rollouts_decode_a_bf16_copy_synced_before_each_rollout(tmp_path):
     """rollout.dtype=bfloat16 under bf16-mixed: the engine decodes a replica cast to bf16, which
     holds the learner's weights (cast) whenever a batch is drawn; the update corrects for the
-    sampler and reports its drift, which stays small. rollout.dtype=auto on a CPU keeps decoding
-    the fp32 masters themselves."""
+    sampler and reports its drift, which stays small; rollout.dtype=auto does the same, and
+    rollout.dtype=float32 decodes the fp32 masters themselves."""
     from rlvr.training.grpo import GRPOTrainer
 
     bf16 = ["model.precision=bf16-mixed", "rollout.dtype=bfloat16"]
@@ -299,7 +304,13 @@ def test_under_bf16_mixed_rollouts_decode_a_bf16_copy_synced_before_each_rollout
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     drift = [r["rollout_logprob_drift_mean"] for r in rows if r.get("step", 0) >= 1]
     assert len(drift) == 3 and all(0 < d < 0.1 for d in drift)
-    fp32 = load_config(None, ["training.steps=1", "model.precision=bf16-mixed"])
+    auto = load_config(None, ["training.steps=1", "model.precision=bf16-mixed"])
+    (tmp_path / "auto").mkdir()
+    chosen = GRPOTrainer(auto, tmp_path / "auto", progress=False, log=lambda _m: None)
+    assert next(chosen.policy.rollout_model.parameters()).dtype == torch.bfloat16
+    fp32 = load_config(
+        None, ["training.steps=1", "model.precision=bf16-mixed", "rollout.dtype=float32"]
+    )
     masters = GRPOTrainer(fp32, tmp_path / "masters", progress=False, log=lambda _m: None)
     assert masters.policy.rollout_model is masters.policy.model and not masters.correct_sampler
     assert masters.engine._decoder.hf_rounding

@@ -102,11 +102,11 @@ class RolloutConfig:
     )
     dtype: str = option(
         "auto",
-        "the rollout engine's weights and K/V cache: auto = on CUDA the compute dtype of "
-        "model.precision (bfloat16 under bf16-mixed), on a CPU and in the Ray mode the trained "
-        "weights' own (measured: decoding a bf16 copy did not pay on a CPU); a dtype other "
-        "than the trained weights' decodes from a copy cast to it, synced before each "
-        "rollout, and the update corrects for the sampler (docs/memory.md)",
+        "the rollout engine's weights and K/V cache: auto = the compute dtype of "
+        "model.precision (bfloat16 under bf16-mixed, which a CPU's start-up probe chooses only "
+        "where bf16 is faster), in the Ray mode the trained weights' own; a dtype other than "
+        "the trained weights' decodes from a copy cast to it, synced before each rollout, and "
+        "the update corrects for the sampler (docs/memory.md)",
         choices=["auto", "float32", "bfloat16"],
     )
     max_logprob_drift: float = option(

@@ -247,10 +247,9 @@ def estimate(
     b_t = 4 if lora else b_w
     b_a = 4 if precision == "fp32" else 2
     moments = 2 * b_t
-    # the engine's weights and K/V: rollout.dtype (auto: on CUDA the compute dtype, bf16 but
-    # in fp32; on a CPU the trained weights' own)
+    # the engine's weights and K/V: rollout.dtype (auto: the compute dtype, bf16 but in fp32)
     compute = 4 if precision == "fp32" else 2
-    auto = compute if plan.device == "cuda" else b_w
+    auto = compute
     b_r = {"float32": 4, "bfloat16": 2}.get(plan.rollout_dtype, auto)
     cast = b_r != b_w  # a replica cast to it, even on-policy (build_policy)
     # FSDP with background rollouts or a cast replica: the whole copy evaluation and saving

@@ -218,7 +218,7 @@ def build_policy(
     )
     fsdp = world.distributed and cfg.distributed.strategy == "fsdp"
     rollout_model = model
-    sampler = rollout_dtype(cfg.rollout.dtype, precision, dtype, device, cfg.distributed.ray)
+    sampler = rollout_dtype(cfg.rollout.dtype, precision, dtype, cfg.distributed.ray)
     if cfg.rollout.staleness > 0 or fsdp or sampler != dtype:
         # FSDP shards the policy and off-policy generation runs while the update changes it:
         # both need whole weights of their own, a replica synced per step; so does decoding
@@ -251,16 +251,17 @@ def build_policy(
 
 
 def rollout_dtype(
-    choice: str, precision: Precision, weights: torch.dtype, device: torch.device, ray: bool
+    choice: str, precision: Precision, weights: torch.dtype, ray: bool
 ) -> torch.dtype:
-    """rollout.dtype as a dtype. auto: on CUDA the precision's compute dtype (bf16 under
-    bf16-mixed: half the K/V cache and weight reads, as every peer decodes); on a CPU, and in
-    the Ray mode (the actors load model.dtype's weights), the weights as loaded (`weights`):
-    measured on an AVX-512-BF16 EPYC, SmolLM2 decoded no faster from a bf16 copy (1.46 s
-    against 1.41 s a step) and the cast sampler costs the learner a log-prob pass of its own
-    (0.47 s a step), docs/memory.md."""
+    """rollout.dtype as a dtype. auto: the precision's compute dtype (bf16 under bf16-mixed:
+    half the K/V cache and weight reads, as every peer decodes; on a CPU bf16-mixed is chosen
+    only where the start-up probe measured bf16 faster), else, and in the Ray mode (the actors
+    load model.dtype's weights), the weights as loaded (`weights`). Measured on an
+    AVX-512-BF16 EPYC with SmolLM2 (vs_trl's step): bf16-mixed decoding a bf16 copy 4.41 s a
+    step against 7.29 s decoding the fp32 masters; with one update per batch the cast sampler
+    costs the learner no log-prob pass (docs/memory.md)."""
     if choice == "auto":
-        return precision.compute or weights if device.type == "cuda" and not ray else weights
+        return weights if ray else precision.compute or weights
     return getattr(torch, choice)
 
 
