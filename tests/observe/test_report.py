@@ -297,3 +297,19 @@ def test_a_run_without_errors_says_none_failed(tmp_path):
     run_dir = write_run(tmp_path / "clean")
     assert run(parse(str(run_dir))) == 0
     assert "no errors.jsonl: none failed" in (run_dir / "report.html").read_text()
+
+
+def test_an_environments_own_figures_share_one_plot(tmp_path):
+    from rlvr.observe.report import _ENV_METRIC, _draw_components, load_run
+
+    run_dir = write_run(tmp_path / "env")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        row |= {"env/win": 0.1 * row["step"], "env/turns": 3.0}
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ax = _Axes()
+    assert _draw_components(ax, [load_run(run_dir)], ["C0"], _ENV_METRIC)
+    assert ax.lines[0] == ([1, 2, 3, 4, 5, 6], [0.1 * s for s in range(1, 7)])
+    assert ax.lines[1][1] == [3.0] * 6
+    assert run(parse(str(run_dir))) == 0
+    assert (run_dir / "plots/environment_metrics.png").read_bytes().startswith(b"\x89PNG")

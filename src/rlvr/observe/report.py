@@ -15,7 +15,8 @@ Decisions:
 - Several runs are overlaid on each plot, one colour per run, labelled by the run directory name;
   a resume is a dotted vertical line in the run's colour on every plot.
 - Per-function rewards (`reward/<name>_mean`: a weighted sum's components, TRL reward functions)
-  share one plot, one line style per function.
+  share one plot, one line style per function; so do an environment's own figures (`env/<name>`:
+  a rubric's components, a game's outcomes).
 - Everything taken from a run (prompts, completions, config values) is HTML-escaped: completions
   are model output and may contain markup.
 """
@@ -42,6 +43,7 @@ MAX_DIAGNOSTIC_ROWS = 200  # rows of the diagnostics table; the rest are counted
 MAX_ERROR_ROWS = 20  # distinct errors listed per run; the rest are counted
 _SAMPLES_FILE = re.compile(r"^step-(\d+)\.jsonl$")
 _COMPONENT = re.compile(r"^reward/(.+)_mean$")
+_ENV_METRIC = re.compile(r"^env/(.+)$")
 _STYLES = ("-", "--", "-.", ":")
 
 
@@ -217,20 +219,25 @@ def _lines(*keys: tuple[str, str]) -> Callable[[Any, list[Run], list[Any]], bool
     return lambda ax, runs, colors: _draw_lines(ax, runs, colors, list(keys))
 
 
-def reward_components(run: Run) -> list[str]:
-    """The per-function reward names a run logged (reward/<name>_mean), in first-seen order."""
+def reward_components(run: Run, pattern: re.Pattern[str] = _COMPONENT) -> list[str]:
+    """The per-function reward names a run logged (reward/<name>_mean), in first-seen order;
+    with `pattern`, the names its group 1 matches (env/<name>: an environment's figures)."""
     names: dict[str, None] = {}
     for row in run.rows:
-        names.update(dict.fromkeys(m.group(1) for m in map(_COMPONENT.match, row) if m))
+        names.update(dict.fromkeys(m.group(1) for m in map(pattern.match, row) if m))
     return list(names)
 
 
-def _draw_components(ax: Any, runs: list[Run], colors: list[Any]) -> bool:
-    """reward/<name>_mean of every function, one line style per function."""
+def _draw_components(
+    ax: Any, runs: list[Run], colors: list[Any], pattern: re.Pattern[str] = _COMPONENT
+) -> bool:
+    """reward/<name>_mean of every function (or env/<name> of every figure, `pattern`), one
+    line style per name."""
     drawn = False
+    key = "reward/{}_mean" if pattern is _COMPONENT else "env/{}"
     for run, color in zip(runs, colors):
-        for i, name in enumerate(reward_components(run)):
-            xs, ys = _series(run, f"reward/{name}_mean")
+        for i, name in enumerate(reward_components(run, pattern)):
+            xs, ys = _series(run, key.format(name))
             if xs:
                 label = name if len(runs) == 1 else f"{run.name}: {name}"
                 ax.plot(xs, ys, _STYLES[i % len(_STYLES)], color=color, label=label, linewidth=1.4)
@@ -261,6 +268,13 @@ PLOTS: list[tuple[str, str, str, Callable[[Any, list[Run], list[Any]], bool], st
         "reward",
         _draw_components,
         "no per-function rewards logged (a weighted sum or TRL reward functions log them)",
+    ),
+    (
+        "environment_metrics",
+        "The environment's own figures (env/<name>)",
+        "mean over completions",
+        lambda ax, runs, colors: _draw_components(ax, runs, colors, _ENV_METRIC),
+        "no env/<name> logged (environments report them in StepResult.metrics)",
     ),
     (
         "verifier_failures",
