@@ -285,10 +285,14 @@ class RewardWorker:
         samples: list[Mapping[str, Any]],
         first_row: int = 0,
         indices: list[int] | None = None,
+        skip: list[bool] | None = None,
     ) -> Scored:
         """The rows' rewards; failures numbered from `first_row` (the shard's first row in the
-        round), their samples' fallback ids from `indices` (the Scorer's)."""
-        rewards, failures = self.scorer(texts, samples, first_row=first_row, indices=indices)
+        round), their samples' fallback ids from `indices` (the Scorer's); `skip`: rows whose
+        environment gave their reward, not scored (0)."""
+        rewards, failures = self.scorer(
+            texts, samples, first_row=first_row, indices=indices, skip=skip
+        )
         components, errors = self.scorer.pop_components(), self.scorer.pop_failures()
         return Scored(rewards, failures, self.incarnation, components, errors)
 
@@ -436,13 +440,24 @@ class RayRollouts:
         texts: list[str],
         row_samples: list[Mapping[str, Any]],
         prompt_index: list[int] | None = None,
+        skip: list[bool] | None = None,
     ) -> list[tuple[int, Any]]:
         """Send each reward actor its contiguous shard of the rows: [(first row, ref)];
-        `prompt_index`: each row's prompt, which names a failed row's sample when it has no id."""
+        `prompt_index`: each row's prompt, which names a failed row's sample when it has no id;
+        `skip`: rows whose environment gave their reward (not scored)."""
         shards = shard_ranges(len(texts), len(self.reward_actors))
         index = prompt_index if prompt_index is not None else list(range(len(texts)))
         return [
-            (lo, actor.score.remote(texts[lo:hi], row_samples[lo:hi], lo, index[lo:hi]))
+            (
+                lo,
+                actor.score.remote(
+                    texts[lo:hi],
+                    row_samples[lo:hi],
+                    lo,
+                    index[lo:hi],
+                    skip[lo:hi] if skip is not None else None,
+                ),
+            )
             for actor, (lo, hi) in zip(self.reward_actors, shards)
         ]
 
@@ -512,7 +527,10 @@ class RayRollouts:
         t0 = time.perf_counter()
         row_samples = [samples[i] for i in batch.prompt_index]
         scored = self.gather(
-            "reward", self.dispatch_score(batch.completion_text, row_samples, batch.prompt_index)
+            "reward",
+            self.dispatch_score(
+                batch.completion_text, row_samples, batch.prompt_index, batch.environment_scored
+            ),
         )
         rewards = [r for part in scored for r in part.rewards]
         if len(rewards) != len(batch):
