@@ -2,7 +2,8 @@
 
 Pure functions of torch tensors; the trainer composes them by name (see the registries
 ADVANTAGE_ESTIMATORS, POLICY_LOSSES, AGGREGATION_MODES, KL_ESTIMATORS, and `names` for what each
-name means and which config options it reads).
+name means and which config options it reads). `gae` holds PPO's critic-side formulas (GAE,
+whitening, the value loss; TOKEN_ADVANTAGE_ESTIMATORS), not yet called by the trainer.
 
 The torch modules load on first use (`from rlvr.algorithms import policy_loss` works as always),
 so `rlvr.algorithms.names`, which `rlvr.config` reads, is importable without torch.
@@ -34,6 +35,9 @@ _EXPORTS = {
     "cispo_loss": "cispo",
     **dict.fromkeys(["clip_cov_loss", "kl_cov_loss", "token_covariance"], "covariance"),
     "entropy_from_logits": "entropy",
+    **dict.fromkeys(
+        ["TOKEN_ADVANTAGE_ESTIMATORS", "gae", "token_level_rewards", "value_loss", "whiten"], "gae"
+    ),
     "gmpo_loss": "gmpo",
     **dict.fromkeys(
         [
@@ -56,6 +60,7 @@ _SUBMODULES = (
     "cispo",
     "covariance",
     "entropy",
+    "gae",
     "gmpo",
     "importance",
     "kl",
@@ -72,12 +77,14 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "POLICY_LOSS_SPECS",
+    "TOKEN_ADVANTAGE_ESTIMATORS",
     "TOKEN_CORRECTIONS",
     "aggregate_loss",
     "cispo_loss",
     "clip_cov_loss",
     "dr_grpo",
     "entropy_from_logits",
+    "gae",
     "get_advantage_estimator",
     "get_policy_loss",
     "gmpo_loss",
@@ -96,7 +103,10 @@ __all__ = [
     "rloo",
     "sampler_drift",
     "token_covariance",
+    "token_level_rewards",
     "truncated_importance_weight",
+    "value_loss",
+    "whiten",
     "zero_variance_groups",
 ]
 
