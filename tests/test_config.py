@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlvr.config import Config, all_keys, config_warnings, load_config
 from rlvr.errors import ConfigError
@@ -610,3 +611,13 @@ def test_top_level_keys_that_are_no_names_are_a_one_line_error(tmp_path, text):
     with pytest.raises(ConfigError) as e:
         load_config(path)
     assert "\n" not in str(e.value) and "neither a section" in str(e.value)
+
+
+@pytest.mark.parametrize("value", [[[]], [["math"]], [["math", True]], [[1, 2]]])
+def test_a_yaml_list_that_is_no_python_verifier_is_a_type_error(tmp_path, value):
+    """Only a function, or a (function or spec, weight) pair, makes reward.verifier's list a
+    value set from Python; YAML's other lists (found by the config fuzzer) are type errors."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"reward": {"verifier": value}}))
+    with pytest.raises(ConfigError, match="reward.verifier"):
+        load_config(str(path))

@@ -466,10 +466,21 @@ def to_dict(cfg: Any) -> dict:
 
 
 def _python_valued(value: Any) -> bool:
-    """A function, or a list holding one (or a pair): what only Python can set."""
+    """A function, or a list holding one or a (function or spec, weight) pair: what only Python
+    sets. Anything else (`[[]]`, a list of texts) has its type checked as any value's."""
     if isinstance(value, (list, tuple)):
-        return any(callable(v) or isinstance(v, (list, tuple)) for v in value)
+        return any(callable(v) or _weighted_pair(v) for v in value)
     return callable(value)
+
+
+def _weighted_pair(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and (callable(value[0]) or isinstance(value[0], str))
+        and isinstance(value[1], (int, float))
+        and not isinstance(value[1], bool)
+    )
 
 
 def _readable(value: Any) -> Any:
