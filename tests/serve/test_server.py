@@ -300,3 +300,24 @@ def test_a_bad_config_key_is_a_one_line_error(capsys):
     assert main(["serve", "serve.max_m=4"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("rlvr: error: unknown config key 'serve.max_m'") and "\n" not in err
+
+
+@pytest.mark.parametrize("length", ["-5", "abc", "1e3", " +7"])
+def test_a_content_length_that_is_no_byte_count_is_a_400_and_no_hang(server, length):
+    """A negative length once read the socket to its end (a keep-alive client then waited
+    forever); a non-number raised in the handler. Both are a 400 on a closed connection now."""
+    import http.client
+    from urllib.parse import urlparse
+
+    url = urlparse(server.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    conn.putrequest("POST", "/v1/completions")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", length)
+    conn.endheaders()
+    conn.send(b'{"prompt": "1+1="}')
+    response = conn.getresponse()
+    body = json.loads(response.read())
+    assert response.status == 400 and "Content-Length" in body["error"]["message"]
+    assert response.getheader("Connection", "").lower() == "close"
+    conn.close()

@@ -145,7 +145,15 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             self._answer("POST")
 
         def _answer(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
+            raw = (self.headers.get("Content-Length") or "0").strip()
+            length = int(raw) if raw.isdigit() else -1  # digits only: no sign, no spaces
+            if length < 0:
+                error = RequestError(
+                    f"Content-Length: expected a byte count, got {raw[:40]!r}", status=400
+                )
+                self.close_connection = True  # where the body ends is unknown
+                self._send(error.status, error.body())
+                return
             if length > MAX_BODY_BYTES:
                 error = RequestError(f"request body over {MAX_BODY_BYTES} bytes", status=413)
                 self.close_connection = True  # the body is left unread
@@ -163,6 +171,8 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:  # the client is told, not left waiting on keep-alive
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
 
