@@ -58,6 +58,30 @@ def build_tiny_llama(
     return model.eval()
 
 
+def assert_token_exact(model, tok, batch, atol: float = 2e-5, observations: bool = False) -> None:
+    """A multi-turn batch as the update reads it: at every sampled token (loss mask 1) the
+    learner's log-prob equals the sampler's within `atol`; every inserted token has mask 0 and
+    log-prob 0; with `observations`, the inserted tokens decode to the environment's text of
+    the row's transcript."""
+    from rlvr.forward.logprobs import completion_logprobs, make_token_batch
+
+    tokens = make_token_batch(
+        batch.prompt_ids, batch.completion_ids, tok.pad_token_id, batch.loss_masks
+    )
+    learner_lp, _ = completion_logprobs(model, tokens)
+    for i in range(len(batch)):
+        n = batch.completion_ids[i].numel()
+        mask = batch.loss_masks[i].bool()
+        assert tokens.completion_mask[i, :n].bool().tolist() == mask.tolist()
+        torch.testing.assert_close(
+            learner_lp[i, :n][mask], batch.logprobs[i][mask], atol=atol, rtol=0
+        )
+        assert batch.logprobs[i][~mask].eq(0).all()
+        if observations:
+            shown = "".join(text for who, text in batch.tools[i].transcript if who == "env")
+            assert tok.decode(batch.completion_ids[i][~mask]) == shown
+
+
 def build_head32_llama(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
     """A random 2-layer Llama, hidden 64, 2 query heads of 32 sharing one K/V head, tied
     embeddings: the smallest shape vLLM's CPU attention kernels run (head size >= 32)."""

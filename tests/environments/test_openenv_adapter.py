@@ -23,6 +23,7 @@ from rlvr.cli import main
 from rlvr.config import EnvironmentConfig
 from rlvr.environments import StepResult
 from rlvr.errors import ConfigError
+from tests.conftest import assert_token_exact
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("openenv") is None, reason="needs openenv-core"),
@@ -127,7 +128,6 @@ def test_learner_logprobs_match_the_samplers_through_the_server(servers):
     log-prob 0), exactly the tokens of their text."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlvr.forward.logprobs import completion_logprobs, make_token_batch
     from rlvr.models.embedded import embedded_model_path
     from rlvr.rollout import FastEngine, SamplingParams
     from rlvr.rollout.multi_turn import MultiTurnEngine
@@ -147,21 +147,8 @@ def test_learner_logprobs_match_the_samplers_through_the_server(servers):
     assert not any(t.failure for t in batch.tools)
     assert any(t.turns > 1 for t in batch.tools), "no hint was shown: the test checks nothing"
     assert all(t.env_reward is not None for t in batch.tools if t.turns < 3)  # the server's reward
-    tokens = make_token_batch(
-        batch.prompt_ids, batch.completion_ids, tok.pad_token_id, batch.loss_masks
-    )
-    learner_lp, _ = completion_logprobs(model, tokens)
-    for i, record in enumerate(batch.tools):
-        n = batch.completion_ids[i].numel()
-        mask = batch.loss_masks[i].bool()
-        assert tokens.completion_mask[i, :n].bool().tolist() == mask.tolist()
-        # (fp32 rounding: the fast engine's fused projections, as in tests/rollout/test_fast_engine)
-        torch.testing.assert_close(
-            learner_lp[i, :n][mask], batch.logprobs[i][mask], atol=1e-4, rtol=0
-        )
-        assert batch.logprobs[i][~mask].eq(0).all()
-        hints = "".join(text for who, text in record.transcript if who == "env")
-        assert tok.decode(batch.completion_ids[i][~mask]) == hints
+    # (fp32 rounding: the fast engine's fused projections, as in tests/rollout/test_fast_engine)
+    assert_token_exact(model, tok, batch, atol=1e-4, observations=True)
 
 
 def test_a_server_dying_mid_run_fails_its_rows_and_the_run_finishes(servers, tmp_path):

@@ -19,6 +19,7 @@ from rlvr.environments.adapters.skyrl_gym import factory
 from rlvr.errors import ConfigError
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.multi_turn import MultiTurnEngine, chat_observation_ids
+from tests.conftest import assert_token_exact
 from tests.rollout.test_multi_turn import CHATML, ScriptedEngine, ascii_chat_tokenizer
 
 skyrl_gym = pytest.importorskip("skyrl_gym")
@@ -172,7 +173,6 @@ def test_learner_logprobs_match_the_samplers_on_every_sampled_token(make_env):
     tokens of their text."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlvr.forward.logprobs import completion_logprobs, make_token_batch
     from rlvr.models.embedded import embedded_model_path
     from rlvr.rollout import FastEngine
 
@@ -189,20 +189,7 @@ def test_learner_logprobs_match_the_samplers_on_every_sampled_token(make_env):
     )
     assert not any(t.failure for t in batch.tools)
     assert any(t.turns > 1 for t in batch.tools), "no hint was shown: the test checks nothing"
-    tokens = make_token_batch(
-        batch.prompt_ids, batch.completion_ids, tok.pad_token_id, batch.loss_masks
-    )
-    learner_lp, _ = completion_logprobs(model, tokens)
-    for i, record in enumerate(batch.tools):
-        n = batch.completion_ids[i].numel()
-        mask = batch.loss_masks[i].bool()
-        assert tokens.completion_mask[i, :n].bool().tolist() == mask.tolist()
-        torch.testing.assert_close(
-            learner_lp[i, :n][mask], batch.logprobs[i][mask], atol=2e-5, rtol=0
-        )
-        assert batch.logprobs[i][~mask].eq(0).all()
-        hints = "".join(text for who, text in record.transcript if who == "env")
-        assert tok.decode(batch.completion_ids[i][~mask]) == hints
+    assert_token_exact(model, tok, batch, observations=True)
 
 
 def test_the_example_trains_the_embedded_model_through_the_cli(tmp_path, monkeypatch):

@@ -20,12 +20,11 @@ from rlvr.config import EnvironmentConfig
 from rlvr.environments import registry
 from rlvr.environments.registry import environment_from_config, environment_rows
 from rlvr.errors import ConfigError
-from rlvr.forward.logprobs import completion_logprobs, make_token_batch
 from rlvr.models.embedded import embedded_model_path
 from rlvr.models.loading import encode_prompt
 from rlvr.rollout import FastEngine, HFEngine, SamplingParams
 from rlvr.rollout.multi_turn import MultiTurnEngine, chat_observation_ids
-from tests.conftest import build_tiny_llama
+from tests.conftest import assert_token_exact, build_tiny_llama
 from tests.rollout.test_multi_turn import CHATML, ScriptedEngine, ascii_chat_tokenizer
 
 pytest.importorskip("verifiers.v1")
@@ -111,7 +110,7 @@ def test_learner_logprobs_match_the_samplers_on_the_embedded_model(engine_cls):
     batch = engine.generate(prompts, 2, SamplingParams(max_new_tokens=64), gen, samples=rows)
     assert all(t.failure is None for t in batch.tools)
     assert any(t.turns == 2 for t in batch.tools), "no row got a hint: nothing is exercised"
-    check_token_exact(model, tok, batch, atol=1e-4)  # float32 noise of a 128-wide model
+    assert_token_exact(model, tok, batch, atol=1e-4)  # float32 noise of a 128-wide model
     for row, record in zip((r for r in rows for _ in range(2)), batch.tools):
         for who, text in record.transcript:
             if who == "env":
@@ -140,22 +139,7 @@ def test_user_turns_are_chat_messages_under_a_chat_template():
     engine = MultiTurnEngine(HFEngine(model, tok), tok, make_env, max_turns=2, stop=stop)
     gen = torch.Generator().manual_seed(1)
     batch = engine.generate([prompt], 3, SamplingParams(max_new_tokens=48), gen, samples=[row])
-    check_token_exact(model, tok, batch)
-
-
-def check_token_exact(model, tok, batch, atol=2e-5):
-    tokens = make_token_batch(
-        batch.prompt_ids, batch.completion_ids, tok.pad_token_id, batch.loss_masks
-    )
-    learner_lp, _ = completion_logprobs(model, tokens)
-    for i in range(len(batch)):
-        n = batch.completion_ids[i].numel()
-        mask = batch.loss_masks[i].bool()
-        assert tokens.completion_mask[i, :n].bool().tolist() == mask.tolist()
-        torch.testing.assert_close(
-            learner_lp[i, :n][mask], batch.logprobs[i][mask], atol=atol, rtol=0
-        )
-        assert batch.logprobs[i][~mask].eq(0).all()
+    assert_token_exact(model, tok, batch)
 
 
 def test_training_through_the_cli_logs_the_rubric(tmp_path):
