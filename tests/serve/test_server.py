@@ -321,3 +321,8 @@ def test_a_content_length_that_is_no_byte_count_is_a_400_and_no_hang(server, len
     assert response.status == 400 and "Content-Length" in body["error"]["message"]
     assert response.getheader("Connection", "").lower() == "close"
     conn.close()
+
+
+def test_json_nested_too_deeply_is_a_400_not_a_500(server):
+    status, body = post(server, "/v1/chat/completions", b"[" * 100_000 + b"]" * 100_000)
+    assert status == 400 and "nested too deeply" in body["error"]["message"]

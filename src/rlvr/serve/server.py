@@ -124,6 +124,10 @@ class Server:
             value = json.loads(body)
         except ValueError as e:
             raise RequestError(f"the request body is not JSON: {e}") from None
+        except RecursionError:
+            raise RequestError(
+                "the request body is not JSON this server reads: nested too deeply"
+            ) from None
         request = parse(value, self.served.max_n)
         response = self.served.respond(request)
         return stream_chunks(response, request.include_usage) if request.stream else response
