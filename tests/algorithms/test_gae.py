@@ -7,6 +7,7 @@ import torch
 
 from rlvr.algorithms.gae import (
     TOKEN_ADVANTAGE_ESTIMATORS,
+    explained_variance,
     gae,
     token_level_rewards,
     value_loss,
@@ -411,3 +412,19 @@ def test_gae_is_the_function_even_when_its_module_was_imported_first():
         "assert callable(gae) and gae.__name__ == 'gae'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_explained_variance_is_zero_when_returns_differ_only_by_rounding():
+    # gamma = lam = 1, one reward at the end: G_t = (R - V_t) + V_t, R only to the last bits
+    gen = torch.Generator().manual_seed(3)
+    values = torch.rand(3, 7, generator=gen) * 0.7
+    mask = torch.ones(3, 7)
+    # returns of 1 off by a few units in the last place, as (R - V) + V can leave them
+    returns = 1.0 + torch.randint(-2, 3, (3, 7), generator=gen) * torch.finfo(torch.float32).eps
+    assert not bool(returns.max() == returns.min())
+    assert explained_variance(values, returns, mask).item() == 0.0
+    # distinct returns: the population-variance formula
+    rewards = torch.tensor([1.0, 0.0, 1.0])
+    _, returns = gae(token_level_rewards(rewards, mask), values, mask)
+    expected = 1 - (returns - values).var(unbiased=False) / returns.var(unbiased=False)
+    assert explained_variance(values, returns, mask).item() == pytest.approx(expected.item())

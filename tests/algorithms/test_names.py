@@ -7,7 +7,13 @@ import pytest
 import torch
 
 import rlvr.algorithms as algorithms
-from rlvr.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, get_policy_loss, policy_loss
+from rlvr.algorithms import (
+    ADVANTAGE_ESTIMATORS,
+    POLICY_LOSSES,
+    TOKEN_ADVANTAGE_ESTIMATORS,
+    get_policy_loss,
+    policy_loss,
+)
 from rlvr.algorithms.names import (
     ADVANTAGE_ESTIMATOR_NAMES,
     ADVANTAGE_ESTIMATOR_SPECS,
@@ -16,7 +22,9 @@ from rlvr.algorithms.names import (
 )
 from rlvr.config import AlgorithmConfig
 
-CASES = [(ADVANTAGE_ESTIMATOR_SPECS, ADVANTAGE_ESTIMATORS), (POLICY_LOSS_SPECS, POLICY_LOSSES)]
+# the estimators of one advantage per sequence, then those with a critic (per token)
+ESTIMATORS = {**ADVANTAGE_ESTIMATORS, **TOKEN_ADVANTAGE_ESTIMATORS}
+CASES = [(ADVANTAGE_ESTIMATOR_SPECS, ESTIMATORS), (POLICY_LOSS_SPECS, POLICY_LOSSES)]
 
 
 @pytest.mark.parametrize("specs, registry", CASES)
@@ -124,3 +132,57 @@ def test_clip_through_the_registry_is_bit_identical_to_the_direct_call():
 def test_unknown_policy_loss_names_the_valid_ones():
     with pytest.raises(ValueError, match="unknown policy loss 'ppo'; expected one of: cispo, clip"):
         get_policy_loss("ppo")
+
+
+def test_the_critic_estimators_are_exactly_the_token_level_registry():
+    critic = [n for n, spec in ADVANTAGE_ESTIMATOR_SPECS.items() if spec.needs_critic]
+    assert critic == list(TOKEN_ADVANTAGE_ESTIMATORS) == ["gae"]
+    assert not set(critic) & set(ADVANTAGE_ESTIMATORS)
+
+
+@pytest.mark.parametrize(
+    "name", [n for n, s in POLICY_LOSS_SPECS.items() if not s.sequence_advantages]
+)
+def test_a_per_sequence_advantage_repeated_at_every_token_gives_the_same_loss(name):
+    padded_lp, logprobs, old, adv, mask = _batch()
+    spec = POLICY_LOSS_SPECS[name]
+    cfg = AlgorithmConfig()
+    options = {k: getattr(cfg, k) for k in spec.options}
+    fn = get_policy_loss(name)
+    per_row, row_stats = fn(padded_lp, old, adv, mask, **options)
+    per_token, token_stats = fn(padded_lp, old, adv[:, None].expand_as(mask), mask, **options)
+    assert torch.equal(per_row, per_token)
+    assert all(torch.equal(row_stats[k], token_stats[k]) for k in row_stats)
+
+
+@pytest.mark.parametrize("name", POLICY_LOSS_NAMES)
+def test_per_token_advantages_weigh_each_token_by_its_own(name):
+    padded_lp, logprobs, old, adv, mask = _batch()
+    spec = POLICY_LOSS_SPECS[name]
+    options = {k: getattr(AlgorithmConfig(), k) for k in spec.options}
+    token_adv = torch.randn(mask.shape, generator=torch.Generator().manual_seed(5))
+    fn = get_policy_loss(name)
+    if spec.sequence_advantages:
+        with pytest.raises(ValueError, match="one advantage per sequence"):
+            fn(padded_lp, old, token_adv, mask, **options)
+        return
+    loss, _ = fn(padded_lp, old, token_adv, mask, **options)
+    (grad,) = torch.autograd.grad(loss.sum(), logprobs)
+    # flipping one token's advantage flips only that token's gradient (at ratio ~ 1, unclipped
+    # tokens): token (0, 2) is sampled, the others keep theirs
+    flipped = token_adv.clone()
+    flipped[0, 2] = -flipped[0, 2]
+    padded_lp, logprobs, old, _, _ = _batch()  # the same batch, a fresh graph
+    loss2, _ = fn(padded_lp, old, flipped, mask, **options)
+    (grad2,) = torch.autograd.grad(loss2.sum(), logprobs)
+    keep = torch.ones_like(mask, dtype=torch.bool)
+    keep[0, 2] = False
+    if not spec.couples_rows:  # the covariance losses select tokens by A: others may change
+        assert torch.equal(grad[keep], grad2[keep])
+    assert not torch.equal(grad[0, 2], grad2[0, 2])
+
+
+def test_gspo_ratio_refuses_per_token_advantages():
+    padded_lp, _, old, _, mask = _batch()
+    with pytest.raises(ValueError, match="ratio_level=sequence"):
+        policy_loss(padded_lp, old, torch.ones_like(mask), mask, ratio_level="sequence")

@@ -3,7 +3,7 @@
 Pure functions of torch tensors; the trainer composes them by name (see the registries
 ADVANTAGE_ESTIMATORS, POLICY_LOSSES, AGGREGATION_MODES, KL_ESTIMATORS, and `names` for what each
 name means and which config options it reads). `gae` holds PPO's critic-side formulas (GAE,
-whitening, the value loss; TOKEN_ADVANTAGE_ESTIMATORS), not yet called by the trainer.
+whitening, the value loss; TOKEN_ADVANTAGE_ESTIMATORS), called by rlvr.training.critic.
 
 The torch modules load on first use (`from rlvr.algorithms import policy_loss` works as always),
 so `rlvr.algorithms.names`, which `rlvr.config` reads, is importable without torch.
@@ -36,7 +36,15 @@ _EXPORTS = {
     **dict.fromkeys(["clip_cov_loss", "kl_cov_loss", "token_covariance"], "covariance"),
     "entropy_from_logits": "entropy",
     **dict.fromkeys(
-        ["TOKEN_ADVANTAGE_ESTIMATORS", "gae", "token_level_rewards", "value_loss", "whiten"], "gae"
+        [
+            "TOKEN_ADVANTAGE_ESTIMATORS",
+            "explained_variance",
+            "gae",
+            "token_level_rewards",
+            "value_loss",
+            "whiten",
+        ],
+        "gae",
     ),
     "gmpo_loss": "gmpo",
     **dict.fromkeys(
@@ -84,6 +92,7 @@ __all__ = [
     "clip_cov_loss",
     "dr_grpo",
     "entropy_from_logits",
+    "explained_variance",
     "gae",
     "get_advantage_estimator",
     "get_policy_loss",

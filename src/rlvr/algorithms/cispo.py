@@ -1,6 +1,6 @@
 """CISPO: clip the importance-sampling weight, not the token's update (MiniMax-M1, 2025).
 
-Shapes as in policy_loss.py: logprobs, old_logprobs, mask [B, T]; advantages [B].
+Shapes as in policy_loss.py: logprobs, old_logprobs, mask [B, T]; advantages [B] or [B, T].
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rlvr.algorithms.utils import check_loss_inputs, masked_mean, ratio_stats
+from rlvr.algorithms.utils import check_loss_inputs, masked_mean, ratio_stats, token_advantages
 
 
 def cispo_loss(
@@ -56,7 +56,7 @@ def cispo_loss(
 
     on = mask != 0
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
-    advantages = advantages.detach().to(logprobs.dtype).unsqueeze(-1)  # [B, 1]
+    advantages = token_advantages(advantages, logprobs)  # [B, 1] or [B, T]
     with torch.no_grad():
         ratio = torch.exp(torch.where(on, logprobs - old_logprobs, zero))
         low, high = 1.0 - cispo_clip_low, 1.0 + cispo_clip_high

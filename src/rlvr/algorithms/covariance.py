@@ -11,7 +11,7 @@ that splits a mini-batch into micro-batches gets it per micro-batch (as the auth
 so the result depends on the split, and rows with zero advantage still change it
 (`names.POLICY_LOSS_SPECS[...].couples_rows`).
 
-Shapes as in policy_loss.py: logprobs, old_logprobs, mask [B, T]; advantages [B].
+Shapes as in policy_loss.py: logprobs, old_logprobs, mask [B, T]; advantages [B] or [B, T].
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from rlvr.algorithms.policy_loss import policy_loss
-from rlvr.algorithms.utils import check_loss_inputs, masked_mean, ratio_stats
+from rlvr.algorithms.utils import check_loss_inputs, masked_mean, ratio_stats, token_advantages
 
 _SEED_MODULUS = 2**31 - 1
 
@@ -38,7 +38,7 @@ def token_covariance(logprobs: Tensor, advantages: Tensor, mask: Tensor) -> Tens
     on = mask != 0
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     lp = torch.where(on, logprobs.detach(), zero)
-    adv = advantages.detach().to(lp.dtype).unsqueeze(-1).expand_as(lp)
+    adv = token_advantages(advantages, lp).expand_as(lp)
     cov = (lp - masked_mean(lp, on)) * (adv - masked_mean(adv, on))
     return torch.where(on, cov, zero)
 
@@ -107,7 +107,7 @@ def clip_cov_loss(
     on = mask != 0
     with torch.no_grad():
         cov = token_covariance(logprobs, advantages, mask)
-        adv = advantages.detach().to(logprobs.dtype).unsqueeze(-1)
+        adv = token_advantages(advantages, logprobs)
         ratio = torch.exp(torch.where(on, logprobs - old_logprobs, torch.zeros_like(cov)))
         clipped = ((adv < 0) & (ratio < 1.0 - clip_ratio_low)) | (
             (adv > 0) & (ratio > 1.0 + clip_ratio_high)
@@ -161,7 +161,7 @@ def kl_cov_loss(
         raise ValueError(f"kl_cov_coef must be >= 0, got {kl_cov_coef}")
     on = mask != 0
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
-    adv = advantages.detach().to(logprobs.dtype).unsqueeze(-1)  # [B, 1]
+    adv = token_advantages(advantages, logprobs)  # [B, 1] or [B, T]
     log_ratio = torch.where(on, logprobs - old_logprobs.detach(), zero)
     ratio = torch.exp(log_ratio)
     with torch.no_grad():

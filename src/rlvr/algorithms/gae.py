@@ -38,9 +38,11 @@ output happened to be.
 `ADVANTAGE_ESTIMATORS`: those map (rewards [N], group_ids [N]) to one advantage per sequence,
 this maps (token_rewards [N, T], values [N, T], mask [N, T], **opts) to per-token
 (advantages, returns), and needs a value model. Like `ADVANTAGE_ESTIMATORS` the dict lives
-beside its functions (advantages.py, importance.py's `TOKEN_CORRECTIONS`); it has no
-`names.py` spec and no config choice until a trainer with a critic calls it. The value loss is
-one function (its clipping an option), so it has no registry of its own.
+beside its functions (advantages.py, importance.py's `TOKEN_CORRECTIONS`); its `names.py` spec
+says `needs_critic`, and `algorithm.advantage=gae` makes the trainer build the value model
+(rlvr.training.critic). Defaults γ = λ = 1, as verl's and Open-Reasoner-Zero's: with the only
+reward at the end, A_t = R − V_t, the critic a per-token baseline. The value loss is one
+function (its clipping an option), so it has no registry of its own.
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def token_level_rewards(
 
 
 def gae(
-    token_rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float, lam: float
+    token_rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float = 1.0, lam: float = 1.0
 ) -> tuple[Tensor, Tensor]:
     """Generalized Advantage Estimation over the sampled tokens of each row (Schulman et al.
     2016, eq. 16), computed backwards:
@@ -238,11 +240,10 @@ def value_loss(
                              without clipping)
         value_mean           mean of V
         value_error          mean |V − G|
-        explained_variance   1 − Var(G − V) / Var(G) (population variances): 1 for a perfect
-                             critic, 0 for one that predicts the mean, < 0 for a worse one; 0
-                             when Var(G) is 0 (fewer than two tokens, or equal returns: decided
-                             by max == min). Not a token mean: over micro-batches a
-                             token-weighted average of it is an approximation.
+        explained_variance   `explained_variance(V, G)`: 1 for a perfect critic, 0 for one that
+                             predicts the mean or when the returns are equal. Not a token mean:
+                             over micro-batches a token-weighted average of it is an
+                             approximation (the trainer logs the whole batch's instead).
     """
     _check_2d(mask, values=values, old_values=old_values, returns=returns)
     if clip is not None and clip < 0:
@@ -271,23 +272,34 @@ def value_loss(
             "value_clip_fraction": masked_mean(clipped_larger.to(vd.dtype), on),
             "value_mean": masked_mean(vd, on),
             "value_error": masked_mean((vd - target).abs(), on),
-            "explained_variance": _explained_variance(vd, target, on),
+            "explained_variance": explained_variance(vd, target, on),
         }
     return loss, stats
 
 
-def _explained_variance(values: Tensor, returns: Tensor, on: Tensor) -> Tensor:
-    """1 − Var(G − V) / Var(G) over the tokens where `on`; 0 when the returns are constant."""
-    zero = torch.zeros((), dtype=values.dtype, device=values.device)
-    if not bool(on.any()):
-        return zero
-    selected = returns[on]
-    if bool(selected.max() == selected.min()):
-        return zero
-    error = returns - values
-    var_returns = masked_mean((returns - masked_mean(returns, on)).square(), on)
-    var_error = masked_mean((error - masked_mean(error, on)).square(), on)
-    return 1.0 - var_error / var_returns
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
+    """1 − Var(G − V) / Var(G) over the tokens where mask ≠ 0 (population variances), no
+    gradient: 1 for a perfect critic, 0 for one that predicts the mean, < 0 for a worse one.
+
+    0 when the returns are equal to within rounding, so Var(G) measures float error and not
+    returns: Var(G) ≤ (64 · ε · max|G|)² with ε the dtype's machine epsilon (γ = λ = 1 with one
+    reward at the end gives G_t = (R − V_t) + V_t, equal to R only to the last bits; dividing
+    by such a variance made ~1e13 of nothing). Also 0 for fewer than two tokens.
+    """
+    _check_2d(mask, values=values, returns=returns)
+    on = mask != 0
+    with torch.no_grad():
+        v, g = values.detach(), returns.detach().to(values.dtype)
+        zero = torch.zeros((), dtype=v.dtype, device=v.device)
+        if int(on.sum()) < 2:
+            return zero
+        var_returns = masked_mean((g - masked_mean(g, on)).square(), on)
+        floor = (64 * torch.finfo(v.dtype).eps * g[on].abs().max()).square()
+        if not bool(var_returns > floor):
+            return zero
+        error = g - v
+        var_error = masked_mean((error - masked_mean(error, on)).square(), on)
+        return 1.0 - var_error / var_returns
 
 
 # algorithm.advantage names that need a value model -> (token_rewards [N, T], values [N, T],

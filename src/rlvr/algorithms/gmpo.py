@@ -8,7 +8,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rlvr.algorithms.utils import check_loss_inputs, masked_mean, ratio_stats
+from rlvr.algorithms.utils import (
+    check_loss_inputs,
+    check_sequence_advantages,
+    masked_mean,
+    ratio_stats,
+)
 
 
 def gmpo_loss(
@@ -50,6 +55,7 @@ def gmpo_loss(
         ratio_mean, ratio_min, ratio_max   of s̃_i over the tokens; 1.0 when there are none
     """
     check_loss_inputs(logprobs, old_logprobs, advantages, mask)
+    check_sequence_advantages(advantages, "gmpo")
     if gmpo_clip_low < 0.0:
         raise ValueError(f"gmpo_clip_low must be >= 0, got {gmpo_clip_low}")
     if gmpo_clip_high < 0.0:

@@ -31,6 +31,11 @@ class AlgorithmSpec:
         statistic over all its completion tokens). The result then depends on how rows are split
         into micro-batches, and a row whose advantage is 0 still changes the other rows' loss, so
         a trainer must not skip it.
+    needs_critic (estimators): learns a value model and gives every token its own advantage
+        (registered in `TOKEN_ADVANTAGE_ESTIMATORS`, signature (token_rewards [N, T], values
+        [N, T], mask [N, T], **opts) -> (advantages, returns)); the trainer builds a critic.
+    sequence_advantages (policy losses): weighs one ratio per sequence, so it takes one
+        advantage per sequence only (not a critic's per-token advantages).
     """
 
     name: str
@@ -39,6 +44,8 @@ class AlgorithmSpec:
     options: tuple[str, ...]
     group_relative: bool = False
     couples_rows: bool = False
+    needs_critic: bool = False
+    sequence_advantages: bool = False
 
 
 def _by_name(*specs: AlgorithmSpec) -> dict[str, AlgorithmSpec]:
@@ -80,6 +87,13 @@ ADVANTAGE_ESTIMATOR_SPECS: dict[str, AlgorithmSpec] = _by_name(
         ("std", "eps"),
         group_relative=True,
     ),
+    AlgorithmSpec(
+        "gae",
+        "per token: GAE over a learned value model V, A_t = sum_k (gamma lam)^k delta_t+k (PPO)",
+        "Schulman et al. 2016, GAE (arXiv:1506.02438); Ouyang et al. 2022 (arXiv:2203.02155)",
+        ("gamma", "lam"),
+        needs_critic=True,
+    ),
 )
 
 POLICY_LOSS_SPECS: dict[str, AlgorithmSpec] = _by_name(
@@ -100,6 +114,7 @@ POLICY_LOSS_SPECS: dict[str, AlgorithmSpec] = _by_name(
         "geometric mean of token ratios clipped in log space, one ratio per sequence",
         "Zhao et al. 2025, Geometric-Mean Policy Optimization (arXiv:2507.20673)",
         ("gmpo_clip_low", "gmpo_clip_high"),
+        sequence_advantages=True,
     ),
     AlgorithmSpec(
         "clip_cov",

@@ -3,7 +3,8 @@
 Shapes: B sequences (completions) padded to T tokens.
     logprobs      [B, T]  log π_θ(y_t | y_<t), nats, with gradient
     old_logprobs  [B, T]  log π_old(y_t | y_<t) from the policy that sampled (no gradient)
-    advantages    [B]     one advantage per sequence (see advantages.py)
+    advantages    [B]     one advantage per sequence (see advantages.py), or [B, T] one per
+                          token (GAE, gae.py; token-level ratios only)
     mask          [B, T]  nonzero (1 / True) on completion tokens, 0 on prompt and padding
 
 `policy_loss` returns the per-token loss; `aggregate_loss` reduces it to the scalar to call
@@ -23,7 +24,13 @@ import torch
 from torch import Tensor
 
 from rlvr.algorithms.names import AGGREGATION_MODES
-from rlvr.algorithms.utils import check_loss_inputs, masked_mean, masked_sum
+from rlvr.algorithms.utils import (
+    check_loss_inputs,
+    check_sequence_advantages,
+    masked_mean,
+    masked_sum,
+    token_advantages,
+)
 
 RatioLevel = Literal["token", "sequence"]
 AggregationMode = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
@@ -80,9 +87,12 @@ def policy_loss(
     if ratio_level not in ("token", "sequence"):
         raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
 
+    if ratio_level == "sequence":
+        check_sequence_advantages(advantages, "ratio_level=sequence (GSPO)")
+
     on = mask != 0
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
-    advantages = advantages.detach().to(logprobs.dtype).unsqueeze(-1)  # [B, 1]
+    advantages = token_advantages(advantages, logprobs)  # [B, 1], or [B, T] per token
     log_ratio = torch.where(on, logprobs - old_logprobs.detach(), zero)
     if ratio_level == "token":
         ratio = torch.exp(log_ratio)

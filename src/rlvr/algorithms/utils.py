@@ -40,7 +40,8 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
 def check_loss_inputs(
     logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor
 ) -> None:
-    """ValueError unless logprobs, old_logprobs, mask are [B, T] and advantages is [B]."""
+    """ValueError unless logprobs, old_logprobs, mask are [B, T] and advantages is [B] (one per
+    sequence) or [B, T] (one per token, as GAE gives)."""
     if logprobs.dim() != 2:
         raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
     for name, x in (("old_logprobs", old_logprobs), ("mask", mask)):
@@ -48,10 +49,27 @@ def check_loss_inputs(
             raise ValueError(
                 f"{name} has shape {tuple(x.shape)}, expected {tuple(logprobs.shape)} like logprobs"
             )
-    if advantages.shape != logprobs.shape[:1]:
+    if advantages.shape != logprobs.shape[:1] and advantages.shape != logprobs.shape:
         raise ValueError(
-            f"advantages has shape {tuple(advantages.shape)}, expected ({logprobs.shape[0]},): "
-            "one advantage per sequence"
+            f"advantages has shape {tuple(advantages.shape)}, expected ({logprobs.shape[0]},) "
+            f"(one advantage per sequence) or {tuple(logprobs.shape)} (one per token)"
+        )
+
+
+def token_advantages(advantages: Tensor, like: Tensor) -> Tensor:
+    """The advantages detached in `like`'s dtype, shaped to broadcast over its [B, T] tokens:
+    [B, 1] for one advantage per sequence, [B, T] as given for one per token. A per-sequence
+    advantage and the same value repeated at every token give the same loss, bit for bit."""
+    adv = advantages.detach().to(like.dtype)
+    return adv.unsqueeze(-1) if adv.dim() == 1 else adv
+
+
+def check_sequence_advantages(advantages: Tensor, who: str) -> None:
+    """ValueError for per-token advantages where a loss needs one advantage per sequence."""
+    if advantages.dim() != 1:
+        raise ValueError(
+            f"{who} weighs one ratio per sequence and needs one advantage per sequence [B], got "
+            f"per-token advantages of shape {tuple(advantages.shape)}"
         )
 
 
