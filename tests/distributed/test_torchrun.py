@@ -45,8 +45,21 @@ MODES = {
         "algorithm.loss_aggregation=seq_mean_token_sum_norm",
         "algorithm.advantage=dr_grpo",
     ],
+    # PPO: a value model beside the policy, replicated or sharded like it
+    "gae": ["algorithm.advantage=gae", "algorithm.lam=0.9", "critic.value_clip=0.2"],
 }
-STATS = ("loss", "grad_norm", "entropy", "kl", "clip_fraction", "advantage_abs_mean")
+STATS = (
+    "loss",
+    "grad_norm",
+    "entropy",
+    "kl",
+    "clip_fraction",
+    "advantage_abs_mean",
+    "critic_loss",
+    "critic_grad_norm",
+    "value_old_mean",
+    "explained_variance",
+)
 
 
 def run(out: Path, overrides: list[str], nproc: int, *extra: str) -> None:
@@ -108,6 +121,8 @@ def assert_same_run(one: Path, two: Path) -> None:
         ("token_mean", "ddp"),
         ("seq_mean_token_sum_norm", "ddp"),
         ("token_mean", "fsdp"),
+        ("gae", "ddp"),
+        ("gae", "fsdp"),
     ],
 )
 def test_two_gloo_ranks_equal_one_process(tmp_path, one_process, mode, strategy):
@@ -119,10 +134,11 @@ def test_two_gloo_ranks_equal_one_process(tmp_path, one_process, mode, strategy)
     assert "world_size" not in json.loads((one_process(mode) / "summary.json").read_text())
 
 
-def test_fsdp_checkpoint_resumes_to_the_same_weights(tmp_path):
-    """FSDP gathers the sharded weights and AdamW state into the checkpoint; resuming from step
-    1 (sharding them again) ends where the uninterrupted run ended."""
-    opts = [*MODES["token_mean"], "distributed.strategy=fsdp", "checkpoint.every=1"]
+@pytest.mark.parametrize("mode", ["token_mean", "gae"])
+def test_fsdp_checkpoint_resumes_to_the_same_weights(tmp_path, mode):
+    """FSDP gathers the sharded weights and AdamW state into the checkpoint (a critic's too);
+    resuming from step 1 (sharding them again) ends where the uninterrupted run ended."""
+    opts = [*MODES[mode], "distributed.strategy=fsdp", "checkpoint.every=1"]
     full = tmp_path / "full"
     run(full, opts, 2)
     cut = tmp_path / "cut"

@@ -50,10 +50,12 @@ def documented(key: str, metrics: list[re.Pattern[str]], evaluation: list[re.Pat
 
 
 @pytest.mark.slow
-def test_every_metric_of_a_training_run_is_documented(tmp_path: Path) -> None:
+@pytest.mark.parametrize("extra", [[], ["algorithm.advantage=gae"]], ids=["grpo", "ppo"])
+def test_every_metric_of_a_training_run_is_documented(tmp_path: Path, extra: list[str]) -> None:
     run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlvr", "train", *RUN, *extra]
     result = subprocess.run(
-        [sys.executable, "-m", "rlvr", "train", *RUN, "--output-dir", str(run_dir), "--quiet"],
+        [*cmd, "--output-dir", str(run_dir), "--quiet"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

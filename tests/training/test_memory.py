@@ -291,3 +291,23 @@ def test_the_estimate_plans_the_attention_auto_chooses():
     short = replace(long, prompt_tokens=8)
     assert activations(short) == activations(replace(short, packed_attention="segments"))
     assert activations(short) != activations(replace(short, packed_attention="dense"))
+
+
+def test_a_critic_holds_the_decoder_a_scalar_head_and_their_adam_moments(llama7b, capsys):
+    base = ["estimate", f"model.name_or_path={llama7b}", "--precision", "bf16-mixed"]
+    assert main(base) == 0
+    assert "critic" not in _report(capsys)  # GRPO: no critic line
+    assert main([*base, "algorithm.advantage=gae"]) == 0
+    r = _report(capsys)
+    critic = N_7B - V * H + H + 1  # no LM head (untied: its own V x H), a head of h + 1
+    # fp32 masters (4) + two fp32 moments (8) per parameter, sharded by nothing
+    assert r["critic"] == f"{critic * 12 / GIB:.2f} GiB"
+    assert main([*base, "algorithm.advantage=gae", "--world-size", "8", "--fsdp"]) == 0
+    assert _report(capsys)["critic"] == f"{critic * 12 / 8 / GIB:.2f} GiB"
+    assert main([*base, "algorithm.advantage=gae", "model.lora_rank=16"]) == 0
+    r = _report(capsys)
+    lora = L * 16 * (4 * (H + H) + 2 * (H + FF) + (FF + H))
+    trainable = lora + H + 1
+    # a bf16 frozen base under bf16-mixed LoRA, fp32 adapters and head with fp32 moments
+    want = (N_7B - V * H + H + 1) * 2 + trainable * 4 + trainable * 8
+    assert r["critic"] == f"{want / GIB:.2f} GiB"

@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
             f"model.name_or_path: cannot read a config from '{path}': {e}"
         ) from None
     shape = model_shape(hf_config, cfg.model.lora_rank, cfg.model.lora_target_modules)
+    critic = _critic_shape(cfg, hf_config)
     device = "cuda" if cfg.model.device == "cuda" else "cpu"
     if cfg.model.device == "auto":
         import torch
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         gradient_checkpointing=cfg.model.gradient_checkpointing,
         world_size=args.world_size,
         fsdp=args.fsdp,
+        critic=critic,
     )
     note = (
         f"(per device; {args.world_size} rank(s){', FSDP' if args.fsdp else ''}; "
@@ -108,6 +110,32 @@ def run(args: argparse.Namespace) -> int:
         note += f"\n{why}"
     print(format_report(shape, parts, precision, note))
     return 0
+
+
+def _critic_shape(cfg: Any, policy_config: Any) -> Any:
+    """The value model's shape when algorithm.advantage needs one (its own model's config when
+    critic.name_or_path names another), else None."""
+    from rlvr.algorithms.names import ADVANTAGE_ESTIMATOR_SPECS
+    from rlvr.estimate.memory import critic_shape
+    from rlvr.runs.critic import critic_model_config
+
+    if not ADVANTAGE_ESTIMATOR_SPECS[cfg.algorithm.advantage].needs_critic:
+        return None
+    m = critic_model_config(cfg).model
+    config = policy_config
+    if m.name_or_path != cfg.model.name_or_path:
+        from transformers import AutoConfig
+
+        from rlvr.models.loading import resolve_model_path
+
+        path = resolve_model_path(m.name_or_path, None)
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=m.trust_remote_code)
+        except (OSError, ValueError) as e:
+            raise ModelLoadError(
+                f"critic.name_or_path: cannot read a config from '{path}': {e}"
+            ) from None
+    return critic_shape(config, m.lora_rank, m.lora_target_modules)
 
 
 FALLBACK_PROMPT_TOKENS = 512

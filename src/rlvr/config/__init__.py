@@ -3,6 +3,7 @@ any such tree (`fields`), and the checks across fields (`checks`). Imports only 
 and `rlvr.algorithms.names`, so reading a config loads no torch."""
 
 from rlvr.config.checks import check_template, config_warnings, validate, validate_model
+from rlvr.config.critic import CriticConfig
 from rlvr.config.fields import (
     describe_tree,
     dump_yaml,
@@ -37,6 +38,7 @@ __all__ = [
     "AlgorithmConfig",
     "CheckpointConfig",
     "Config",
+    "CriticConfig",
     "DataConfig",
     "DistributedConfig",
     "EnvironmentConfig",

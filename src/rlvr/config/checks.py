@@ -123,8 +123,36 @@ def validate(cfg: Config) -> None:
             f"algorithm.mis_cap: keeps the sequences whose ratio lies in [1/mis_cap, mis_cap], "
             f"so it must be > 1 (or 0: off), got {alg.mis_cap}"
         )
+    if ADVANTAGE_ESTIMATOR_SPECS[alg.advantage].needs_critic:
+        _check_critic(cfg)
+    if cfg.data.mix_path and not cfg.reward.mix_verifier:
+        raise ConfigError(
+            "reward.mix_verifier: data.mix_path's prompts have no reference answer; name the "
+            "verifier that scores them (rm:PATH, judge:URL, ...)"
+        )
+    if cfg.data.mix_path and cfg.distributed.ray:
+        raise ConfigError(
+            "data.mix_path: the Ray reward actors score with reward.verifier only; mix prompts "
+            "with distributed.ray=false"
+        )
     cfg.data.validate()
     validate_model(cfg.model)
+
+
+def _check_critic(cfg: Config) -> None:
+    """A critic gives every token its own advantage: the loss must take per-token ones."""
+    alg = cfg.algorithm
+    if POLICY_LOSS_SPECS[alg.policy_loss].sequence_advantages:
+        raise ConfigError(
+            f"algorithm.policy_loss: {alg.policy_loss} weighs one ratio per sequence and takes one "
+            f"advantage per sequence; algorithm.advantage={alg.advantage} gives one per token "
+            "(use clip, cispo, clip_cov or kl_cov)"
+        )
+    if alg.ratio_level == "sequence":
+        raise ConfigError(
+            f"algorithm.ratio_level: sequence (GSPO) takes one advantage per sequence; "
+            f"algorithm.advantage={alg.advantage} gives one per token (use token)"
+        )
 
 
 def check_group_stream(cfg: Config) -> None:
@@ -229,6 +257,13 @@ def config_warnings(cfg: Config) -> list[str]:
 
     alg, ev = cfg.algorithm, cfg.eval
     _unread_options(unused, "algorithm.advantage", alg.advantage, ADVANTAGE_ESTIMATOR_SPECS)
+    if not ADVANTAGE_ESTIMATOR_SPECS[alg.advantage].needs_critic:
+        for name in cfg.critic.__dataclass_fields__:
+            unused(
+                f"critic.{name}",
+                f"algorithm.advantage={alg.advantage} learns no value model (algorithm.advantage="
+                "gae does)",
+            )
     _unread_options(unused, "algorithm.policy_loss", alg.policy_loss, POLICY_LOSS_SPECS)
     if alg.kl_coef == 0:
         unused("algorithm.kl_estimator", "algorithm.kl_coef=0 computes no KL term")

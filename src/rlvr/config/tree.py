@@ -32,6 +32,7 @@ from rlvr.algorithms.names import (
     TOKEN_CORRECTION_NAMES,
 )
 from rlvr.config.checks import check_template, validate
+from rlvr.config.critic import CriticConfig
 from rlvr.config.fields import (
     apply_overrides,
     build_tree,
@@ -220,6 +221,10 @@ class AlgorithmConfig:
         choices=list(STD_KINDS),
     )
     eps: float = option(1e-6, "added to the std in z-scores", ge=0.0)
+    gamma: float = option(1.0, "gae: discount per sampled token", ge=0.0, le=1.0)
+    lam: float = option(
+        1.0, "gae: lambda (1 = Monte Carlo return minus V, 0 = one-step TD error)", ge=0.0, le=1.0
+    )
     loss_aggregation: str = option(
         "seq_mean_token_mean",
         "seq_mean_token_mean (GRPO), token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO)",
@@ -272,7 +277,11 @@ class AlgorithmConfig:
         0.0, "beta: weight of KL(policy || reference); 0 loads no reference", ge=0.0
     )
     kl_estimator: str = option("k3", "KL estimator", choices=list(KL_ESTIMATORS))
-    kl_in_reward: bool = option(False, "fold the KL penalty into the reward instead of the loss")
+    kl_in_reward: bool = option(
+        False,
+        "fold the KL penalty into the reward instead of the loss (gae: each token's own KL in "
+        "its reward, as PPO-RLHF)",
+    )
     entropy_coef: float = option(0.0, "entropy bonus weight (loss - coef * entropy)", ge=0.0)
     dynamic_sampling: bool = option(False, "DAPO: drop zero-variance groups and resample to refill")
     max_sampling_rounds: int = option(
@@ -470,6 +479,7 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

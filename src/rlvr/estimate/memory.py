@@ -4,7 +4,7 @@ A run's memory is what stays resident plus the largest of three phases, each of 
 what it allocated before the next begins (the fast engine's K/V buffers and weight copies are
 released after every training rollout, the gradients after every optimizer step):
 
-    total = runtime + weights + optimizer + reference + replica
+    total = runtime + weights + optimizer + reference + replica + critic
             + max(generation, evaluation, update)
 
 Per device, for a policy of N parameters (T of them trainable), L layers of hidden size h,
@@ -33,6 +33,14 @@ of one step):
                                     rollout.max_staleness=K, and one more with FSDP when the
                                     replica is stale or cast (evaluation and saving gather
                                     into a whole copy of their own)
+
+  critic          N_c * b_w + T_c * 2 * b_t
+                                    algorithm.advantage=gae: the value model's weights and
+                                    AdamW moments (N_c = the decoder's parameters + h + 1: no
+                                    LM head; LoRA as the policy's); its update (gradients,
+                                    compute copy, the policy's activations without the
+                                    vocabulary blocks) runs after the policy's gradients are
+                                    freed, so the update phase is the larger of the two
 
   generation (and evaluation, with eval's length and samples): the engine's own memory, in
   b_r (evaluation: b_w when the replica is cast or stale: it decodes the trained weights)
@@ -202,6 +210,23 @@ def model_shape(config: Any, lora_rank: int = 0, lora_targets: list[str] | None 
     )
 
 
+def critic_shape(config: Any, lora_rank: int = 0, lora_targets: list[str] | None = None):
+    """The shape of PPO's value model over `config`'s decoder (rlvr.models.value): the decoder's
+    parameters and a scalar head of h + 1, no LM head; LoRA adapters as the policy's."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    head = config.hidden_size + 1
+    n = sum(p.numel() for p in model.get_decoder().parameters()) + head
+    shape = model_shape(config, lora_rank, lora_targets)
+    trainable = shape.trainable_parameters + head if lora_rank else n
+    shape.num_parameters = n + (trainable if lora_rank else 0)
+    shape.trainable_parameters = trainable
+    return shape
+
+
 RUNTIME_BYTES = 440 * 2**20  # a run's memory besides its model: measured, docs/memory.md
 KV_LENGTH_QUANTUM = 64  # the fast engine rounds its cache length up to this
 
@@ -235,10 +260,12 @@ def estimate(
     gradient_checkpointing: bool,
     world_size: int = 1,
     fsdp: bool = False,
+    critic: ModelShape | None = None,
 ) -> dict[str, float]:
     """Bytes per device of each part, of each phase ("phase_generation", "phase_evaluation",
     "phase_update"), "total" and "peak_phase" (the index of the widest phase in PHASES); the
-    module docstring has every formula."""
+    module docstring has every formula. `critic`: the value model's shape (`critic_shape`),
+    when algorithm.advantage needs one."""
     if precision not in LAYOUTS:
         raise ValueError(f"precision must be one of {', '.join(LAYOUTS)}, got {precision!r}")
     pure16 = precision in ("bf16", "fp16")
@@ -286,17 +313,26 @@ def estimate(
         ),
         **_update(shape, plan, b_a, gradient_checkpointing),
     }
+    parts["critic"] = 0.0
+    critic_update = 0.0
+    if critic is not None:
+        nc, tc = critic.num_parameters, critic.trainable_parameters
+        parts["critic"] = ((nc - tc if lora else nc) * b_w + (tc * b_t if lora else 0)) / shard
+        parts["critic"] += tc * moments / shard
+        copy = (tc if lora else nc) * 2.0 / (shape.num_layers if gradient_checkpointing else 1)
+        critic_update = tc * b_t / shard + (copy if precision == "bf16-mixed" else 0.0)
+        critic_update += update["activations"] + update["backward"]
     phases = {
         "generation": sum(generation.values()),
         "evaluation": sum(evaluation.values()),
-        "update": sum(update.values()),
+        "update": max(sum(update.values()), critic_update),
     }
     widest = max(phases, key=phases.__getitem__)
     for key, value in generation.items():
         parts[key] = max(value, evaluation[key])
     parts.update(update)
     parts.update({f"phase_{k}": v for k, v in phases.items()})
-    resident = sum(parts[k] for k in ("runtime", "weights", "optimizer", "reference", "replica"))
+    resident = sum(parts[k] for k in RESIDENT)
     parts["total"] = resident + phases[widest]
     parts["peak_phase"] = float(list(phases).index(widest))
     # weight + gradient + moments of one trainable parameter, before sharding
@@ -453,7 +489,7 @@ def plan_of(
 
 
 PHASES = ("generation", "evaluation", "update")
-RESIDENT = ("runtime", "weights", "optimizer", "reference", "replica")
+RESIDENT = ("runtime", "weights", "optimizer", "reference", "replica", "critic")
 PHASE_PARTS = {
     "generation": ("kv_cache", "prefill", "weight_copies"),
     "update": ("gradients", "compute_copy", "activations", "backward", "logits"),
@@ -469,7 +505,8 @@ def format_report(shape: ModelShape, parts: dict[str, float], precision: str, no
         ("trainable", _count(shape.trainable_parameters)),
         ("precision", precision),
     ]
-    rows += [(key, _bytes(parts[key])) for key in RESIDENT]
+    # the critic's line only with a critic: a GRPO run's table is unchanged
+    rows += [(key, _bytes(parts[key])) for key in RESIDENT if key != "critic" or parts[key]]
     for phase in PHASES:
         rows.append((f"{phase} phase", _bytes(parts[f"phase_{phase}"])))
         rows += [(key, _bytes(parts[key])) for key in PHASE_PARTS.get(phase, ())]

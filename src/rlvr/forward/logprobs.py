@@ -149,6 +149,21 @@ def completion_logprobs(
     return logprobs, entropy
 
 
+def completion_values(model: Any, batch: TokenBatch) -> torch.Tensor:
+    """V(s_t) for every completion token of the padded layout, [B, C] float32, from a value
+    model (rlvr.models.value): its decoder's states at the C positions that predict the
+    completion (the last C + 1 positions but the last, as `completion_logprobs` keeps them)."""
+    device = next(model.parameters()).device
+    width = batch.completion_width
+    hidden = final_hidden_states(
+        model,
+        input_ids=batch.input_ids.to(device),
+        attention_mask=batch.attention_mask.to(device),
+        position_ids=batch.position_ids.to(device),
+    )
+    return model.values(hidden[:, hidden.shape[1] - width - 1 : -1])
+
+
 def final_hidden_states(model: Any, **inputs: torch.Tensor) -> torch.Tensor:
     """The decoder's last hidden states [B, T, H] (after the final norm), i.e. what the output
     head of a causal LM multiplies; works through peft wrappers (adapters stay applied)."""

@@ -468,6 +468,44 @@ def packed_micro_batches(
     ]
 
 
+def packed_predicting_states(model: Any, packed: PackedRows, attention: str) -> torch.Tensor:
+    """[K, H]: the decoder's last hidden states at the K positions that predict the packed rows'
+    completion tokens (`predict_pos`, in the order of `target_row` / `target_col`); attention
+    as in `packed_completion_logprobs`. The policy projects them to the vocabulary, a value model
+    to one number each (`packed_completion_values`)."""
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    if attention == "dense":
+        parents = None if packed.parent_ids is None else packed.parent_ids.to(device)
+        inputs = {
+            "attention_mask": block_causal_mask(packed.segment_ids.to(device), dtype, parents)
+        }
+    else:
+        inputs = packed_attention_inputs(
+            model, packed.segment_ids, packed.parent_ids, attention, device
+        )
+    hidden = final_hidden_states(
+        model,
+        input_ids=packed.input_ids.to(device),
+        position_ids=packed.position_ids.to(device),
+        **inputs,
+    )
+    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, packed.predict_pos.to(device))
+
+
+def packed_completion_values(
+    model: Any, packed: PackedRows, *, attention: str = "dense"
+) -> torch.Tensor:
+    """V(s_t) of every completion token of the packed rows, [R, width] float32, from a value
+    model (rlvr.models.value: `values(hidden)`): the states `packed_predicting_states` reads,
+    one number each. Columns past a row's completion hold 0 (mask them)."""
+    device = next(model.parameters()).device
+    values = model.values(packed_predicting_states(model, packed, attention))
+    where = (packed.target_row.to(device), packed.target_col.to(device))
+    shape = (len(packed.rows), packed.width)
+    return torch.zeros(shape, dtype=values.dtype, device=device).index_put(where, values)
+
+
 def packed_completion_logprobs(
     model: Any,
     packed: PackedRows,
@@ -487,23 +525,7 @@ def packed_completion_logprobs(
     rlvr.forward.segment_attention ("segments", "flex"); the same result within fp32 rounding.
     """
     device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-    if attention == "dense":
-        parents = None if packed.parent_ids is None else packed.parent_ids.to(device)
-        inputs = {
-            "attention_mask": block_causal_mask(packed.segment_ids.to(device), dtype, parents)
-        }
-    else:
-        inputs = packed_attention_inputs(
-            model, packed.segment_ids, packed.parent_ids, attention, device
-        )
-    hidden = final_hidden_states(
-        model,
-        input_ids=packed.input_ids.to(device),
-        position_ids=packed.position_ids.to(device),
-        **inputs,
-    )
-    selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, packed.predict_pos.to(device))
+    selected = packed_predicting_states(model, packed, attention)
     lp, ent = chunked_token_logprobs(
         model,
         selected,

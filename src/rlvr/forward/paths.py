@@ -4,6 +4,7 @@ Both paths share one interface, chosen by `training.token_budget`:
 
     units = path.micro_batches(tokens, rows)       [(row indices, unit), ...]
     lp, ent = path.logprobs(model, unit, ...)      [R, width] completion log-probs (entropies)
+    values, _ = path.values(model, unit)           [R, width] a value model's V(s_t)
     total, real = path.token_counts(unit)          tokens the forward runs over, of them real
 
 - `PaddedForward` (token_budget = 0): slices of `micro_batch_size` rows of the padded
@@ -30,11 +31,17 @@ import torch
 
 from rlvr.config import Config
 from rlvr.errors import ConfigError
-from rlvr.forward.logprobs import TokenBatch, check_output_head, completion_logprobs
+from rlvr.forward.logprobs import (
+    TokenBatch,
+    check_output_head,
+    completion_logprobs,
+    completion_values,
+)
 from rlvr.forward.packing import (
     PackedRows,
     pack_rows,
     packed_completion_logprobs,
+    packed_completion_values,
     packed_micro_batches,
 )
 from rlvr.forward.segment_attention import attention_method, flex_unavailable
@@ -81,6 +88,10 @@ class PaddedForward:
             with_entropy=with_entropy,
             entropy_grad=entropy_grad,
         )
+
+    def values(self, model: Any, unit: TokenBatch) -> tuple[torch.Tensor, None]:
+        """A value model's [R, width] V(s_t) (and no entropy: the pass's second output)."""
+        return completion_values(model, unit), None
 
     def token_counts(self, unit: TokenBatch) -> tuple[int, int]:
         return unit.input_ids.numel(), int(unit.attention_mask.sum())
@@ -142,6 +153,11 @@ class PackedForward:
             entropy_grad=entropy_grad,
             attention=attention_method(self.attention, unit.segment_ids, unit.parent_ids),
         )
+
+    def values(self, model: Any, unit: PackedRows) -> tuple[torch.Tensor, None]:
+        """A value model's [R, width] V(s_t) (and no entropy: the pass's second output)."""
+        attention = attention_method(self.attention, unit.segment_ids, unit.parent_ids)
+        return packed_completion_values(model, unit, attention=attention), None
 
     def token_counts(self, unit: PackedRows) -> tuple[int, int]:
         return unit.num_tokens, unit.num_real_tokens

@@ -194,7 +194,8 @@ def restore_rng_state(state: dict, python_rngs: dict[str, Any], torch_gens: dict
     import numpy as np
 
     for k, g in torch_gens.items():
-        g.set_state(state["torch_gens"][k])
+        if k in state["torch_gens"]:  # a generator added since the checkpoint keeps its seed
+            g.set_state(state["torch_gens"][k])
     torch.set_rng_state(state["torch_global"])
     if "python_global" in state:
         random.setstate(state["python_global"])

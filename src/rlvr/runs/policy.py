@@ -114,6 +114,11 @@ class Policy:
         with torch.no_grad():
             self.rollout_model.load_state_dict(self._learner_state())
 
+    def full_state(self) -> dict[str, torch.Tensor]:
+        """The learner's state_dict, whole (under FSDP gathered: a collective every rank
+        makes)."""
+        return self._learner_state()
+
     def _learner_state(self) -> dict[str, torch.Tensor]:
         """The learner's state_dict, whole (under FSDP gathered: a collective every rank
         makes)."""

@@ -53,6 +53,8 @@ from rlvr.runs.run import (
 from rlvr.runs.run_dir import check_resumable, check_run_dir, create_run_dir, write_config
 from rlvr.runs.task import build_run_task
 from rlvr.training.collect import Collector, ScoredRollouts
+from rlvr.training.critic import build_advantage_source
+from rlvr.training.judge_server import start_judges
 from rlvr.training.learner import Learner
 from rlvr.training.rl_state import RLCheckpoints
 from rlvr.training.schedules import build_schedule
@@ -149,6 +151,7 @@ class GRPOTrainer:
         self.prompt_rng = random.Random(cfg.data.seed * 1_000_003 + cfg.training.seed)
         self.sample_gen = torch.Generator().manual_seed(cfg.training.seed)
         self.shuffle_gen = torch.Generator().manual_seed(cfg.training.seed + 1)
+        self.critic_gen = torch.Generator().manual_seed(cfg.training.seed + 2)
         self.device = resolve_device(cfg.model.device)
         if self.device.type == "cuda" and self.world.distributed:
             self.device = torch.device("cuda", self.world.local_rank)
@@ -193,6 +196,8 @@ class GRPOTrainer:
             max_grad_norm=cfg.optimizer.max_grad_norm,
             max_consecutive_skips=cfg.training.max_consecutive_skips,
         )
+        # the rewards of a group, or a value model trained beside the policy (gae)
+        self.advantages = build_advantage_source(cfg, self.policy, forward, total_updates)
         self.data_report = self._filter_long_prompts()
         # off-policy: the engine's weights are a stale snapshot; evaluation sees the current ones
         # (the model itself, or under FSDP the whole copy `gather_whole` fills)
@@ -209,7 +214,8 @@ class GRPOTrainer:
             self.learner,
             self.task,
             {"prompt": self.prompt_rng},
-            {"sample": self.sample_gen, "shuffle": self.shuffle_gen},
+            {"sample": self.sample_gen, "shuffle": self.shuffle_gen, "critic": self.critic_gen},
+            self.advantages,
             keep_last=cfg.checkpoint.keep_last,
             main=self.main,
             log=self.log,
@@ -300,7 +306,8 @@ class GRPOTrainer:
                 # 3. audit samples, held-out evaluation, metrics, diagnostics
                 every_samples = cfg.logging.samples_every
                 if every_samples and self.step % every_samples == 0 and main:
-                    write_samples(self.run_dir, self.step, scored, advantages)
+                    judged = self.judges.answers(self.verifier)  # an LLM judge's own words
+                    write_samples(self.run_dir, self.step, scored, advantages, judged)
                 if schedule.periodic(self.step):
                     self.policy.gather_whole()  # FSDP: the evaluated replica is current
                     if main:
@@ -370,8 +377,10 @@ class GRPOTrainer:
             self.learner,
             scored,
             self.shuffle_gen,
+            self.advantages,
             correct_sampler=self.correct_sampler,
             drift_limit=self.drift_limit,
+            critic_gen=self.critic_gen,
         )
 
     def rollout_metrics(self, scored: ScoredRollouts) -> dict[str, float]:

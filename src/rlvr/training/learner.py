@@ -1,5 +1,10 @@
 """The optimizer side of the policy: log-prob passes over a step's rows and the optimizer steps.
 
+A learner trains one module held as a `Policy` (rlvr.runs.policy: its weights, sharding and
+precision): the policy itself, whose pass is the forward path's `logprobs`, or PPO's value model
+(rlvr.runs.critic), whose pass is `values` (`Learner(..., outputs="values")`). Everything below
+reads the same for both.
+
 The update (rlvr.training.update) prepares a batch and says what the loss of a micro-batch is;
 the learner runs the passes: `logprobs` (no gradient: old and reference log-probs) and
 `minibatch_step` (one optimizer update: micro-batches, backward, FSDP's idle passes or DDP's
@@ -32,9 +37,10 @@ from rlvr.runs.optim import optimizer_step
 from rlvr.runs.policy import Policy
 from rlvr.runs.run import TrainingAborted
 
-# (rows of the mini-batch, their log-probs [R, W], entropies [R, W]) -> (loss, stats, weight)
+# (rows of the mini-batch, the pass's outputs [R, W]: log-probs and entropies, or values and
+# None) -> (loss, stats, weight)
 UnitLoss = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, Any], float]
+    [torch.Tensor, torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, dict[str, Any], float]
 ]
 
 
@@ -59,8 +65,11 @@ class Learner:
         *,
         max_grad_norm: float,
         max_consecutive_skips: int,
+        outputs: str = "logprobs",
     ) -> None:
         self.policy, self.forward = policy, forward
+        # the forward path's pass of this module: log-probs (a policy) or values (a critic)
+        self.pass_fn = forward.values if outputs == "values" else forward.logprobs
         self.optimizer, self.scheduler = optimizer, scheduler
         self.world: World = policy.world
         self.max_grad_norm = max_grad_norm if max_grad_norm > 0 else math.inf
@@ -76,13 +85,14 @@ class Learner:
     def unit_logprobs(
         self, model: Any, unit: Any, **options: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[R, width] completion log-probs (and entropies) of one unit's rows under `model`:
-        every pass of the update (the gradient pass, old and reference log-probs, FSDP's idle
-        passes) runs here, under the policy's autocast when mixed precision is on; the
-        log-probs come back in fp32 (the head and log-softmax run outside autocast,
-        rlvr.forward.logprobs) and the loss and backward run after the context is left."""
+        """[R, width] completion log-probs (and entropies) of one unit's rows under `model` (a
+        critic's learner: values, and None): every pass of the update (the gradient pass, old
+        and reference log-probs, FSDP's idle passes) runs here, under the policy's autocast
+        when mixed precision is on; the outputs come back in fp32 (the head and log-softmax run
+        outside autocast, rlvr.forward.logprobs) and the loss and backward run after the
+        context is left."""
         with self.policy.autocast():
-            return self.policy.run(self.forward.logprobs, model, unit, **options)
+            return self.policy.run(self.pass_fn, model, unit, **options)
 
     @torch.no_grad()
     def logprobs(self, model: Any, tokens: TokenBatch) -> torch.Tensor:
@@ -120,11 +130,12 @@ class Learner:
     # -- the optimizer step --------------------------------------------------------------------
 
     def minibatch_step(
-        self, tokens: TokenBatch, rows: torch.Tensor, unit_loss: UnitLoss, *, entropy_grad: bool
+        self, tokens: TokenBatch, rows: torch.Tensor, unit_loss: UnitLoss, **pass_options: bool
     ) -> MiniBatchStep:
         """One optimizer update on the mini-batch `rows`: this rank's share of them in
         micro-batches, each's loss (`unit_loss`, with the mini-batch's global normalisers)
-        backward, the other ranks' gradients summed in, then the clipped step."""
+        backward, the other ranks' gradients summed in, then the clipped step. `pass_options`
+        go to the pass (the policy's: with_entropy, entropy_grad)."""
         self.optimizer.zero_grad(set_to_none=True)
         out = MiniBatchStep()
         units = self.forward.micro_batches(tokens, self.world.rows(rows))
@@ -133,11 +144,8 @@ class Learner:
             total, real = self.forward.token_counts(unit)
             out.forward_tokens += total
             out.padding_tokens += total - real
-            lp, ent = self.unit_logprobs(
-                self.model, unit, with_entropy=True, entropy_grad=entropy_grad
-            )
-            assert ent is not None  # with_entropy
-            loss, stats, weight = unit_loss(unit_rows, lp, ent)
+            out_a, out_b = self.unit_logprobs(self.model, unit, **pass_options)
+            loss, stats, weight = unit_loss(unit_rows, out_a, out_b)
             self.backward(loss)
             out.loss += float(loss.detach())
             out.unit_stats.append((stats, weight))

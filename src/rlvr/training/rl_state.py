@@ -4,7 +4,8 @@ checkpoints/step-N/ holds the whole-weight model in HF format and trainer_state.
 exact trained state_dict, the optimizer (gathered unsharded under FSDP) and scheduler states,
 every RNG (the prompt draw, the sampler, the mini-batch shuffle, and the global ones), the task's
 curriculum state, the metric history (diagnostics look back over it), the evaluation before
-training, and with one-step off-policy rollouts the next step's batch, already generated.
+training, with one-step off-policy rollouts the next step's batch, already generated, and with a
+critic (algorithm.advantage=gae) its weights, optimizer and scheduler states and warm-up count.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rlvr.runs.checkpoint import (
     truncate_jsonl,
 )
 from rlvr.runs.policy import Policy
+from rlvr.training.critic import AdvantageSource
 from rlvr.training.learner import Learner
 
 
@@ -37,6 +39,7 @@ class RLCheckpoints:
         task: Task,
         python_rngs: dict[str, Any],
         torch_generators: dict[str, Any],
+        advantages: AdvantageSource,
         *,
         keep_last: int,
         main: bool,
@@ -45,6 +48,7 @@ class RLCheckpoints:
         self.run_dir, self.policy, self.learner = run_dir, policy, learner
         self.task = TaskHooks.of(task)  # its state_dict / load_state_dict, where it has them
         self.rngs = (python_rngs, torch_generators)
+        self.advantages = advantages  # a critic's state travels with the policy's
         self.keep_last, self.main, self.log = keep_last, main, log
 
     def save(self, step: int, history: list[dict], eval_before: Any, pending: Any) -> None:
@@ -52,6 +56,7 @@ class RLCheckpoints:
         are gathered collectively) and the whole-weight replica is what gets saved."""
         self.policy.gather_whole()
         optimizer_state = self.policy.full_optimizer_state(self.learner.optimizer)
+        critic_state = self.advantages.state_dict()  # under FSDP a collective too
         if not self.main:
             return
         task_state = self.task.state_dict
@@ -64,6 +69,8 @@ class RLCheckpoints:
             "history": history,
             "eval_before": eval_before,
         }
+        if critic_state is not None:  # no key without a critic: GRPO's checkpoints unchanged
+            state["critic"] = critic_state
         tokenizer = self.policy.tokenizer
         save_checkpoint(self.run_dir, step, self.policy.whole, tokenizer, state, self.keep_last)
 
@@ -80,6 +87,7 @@ class RLCheckpoints:
         state = load_checkpoint_state(path)
         self.policy.load_state(state["model"], self.learner.optimizer, state["optimizer"])
         self.learner.scheduler.load_state_dict(state["scheduler"])
+        self.advantages.load_state_dict(state.get("critic"))  # the group estimators: nothing
         restore_rng_state(state["rng"], *self.rngs)
         if state.get("task") is not None:
             self.task.load_state_dict(state["task"])

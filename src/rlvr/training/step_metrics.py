@@ -85,9 +85,17 @@ def tool_metrics(records: list[ToolRecord]) -> dict[str, float]:
 
 
 def write_samples(
-    run_dir: Path, step: int, scored: ScoredRollouts, advantages: torch.Tensor
+    run_dir: Path,
+    step: int,
+    scored: ScoredRollouts,
+    advantages: torch.Tensor,
+    judged: Callable[[str, Mapping[str, Any]], dict[str, str]] | None = None,
 ) -> None:
-    """samples/step-N.jsonl: every completion of the step, highest reward first."""
+    """samples/step-N.jsonl: every completion of the step, highest reward first; with an LLM
+    judge (`judged`: rlvr.rewards.judge.judge_answers) its answers by judge name, "judge".
+    A critic's
+    per-token advantages [N, T] are written as the first completion token's (A_0: how much better
+    the completion went than the critic expected of the prompt)."""
     out = run_dir / "samples"
     out.mkdir(exist_ok=True)
     rows = []
@@ -101,7 +109,7 @@ def write_samples(
                 "completion": scored.batch.completion_text[i],
                 "answer": s.get("answer"),
                 "reward": float(scored.rewards[i]),
-                "advantage": float(advantages[i]),
+                "advantage": float(advantages[i] if advantages.dim() == 1 else advantages[i, 0]),
                 "finish_reason": scored.batch.finish_reason[i],
             }
         )

@@ -6,12 +6,14 @@ old log-probs   π_old of every token when more than one optimizer update is mad
                 exactly and no extra pass is made, also when another policy sampled the batch
                 (its drift and importance weights then come from that same forward)
 reference       π_ref of every token when kl_coef > 0
-advantages      per sequence, from the rewards within each group (the KL folded into the
-                reward first with algorithm.kl_in_reward)
+advantages      from the advantage source (rlvr.training.critic): per sequence from the rewards
+                within each group (the KL folded into the reward first with
+                algorithm.kl_in_reward), or per token by GAE over a learned value model
 mu epochs x mini-batches, each one optimizer step over micro-batches:
     loss = aggregate(policy loss · TIS weight) + β · aggregate(KL) − c_H · aggregate(entropy)
 with the mini-batch's global normalisers in every micro-batch, so gradient accumulation (and
-data parallelism) gives the gradient of one pass over the whole mini-batch.
+data parallelism) gives the gradient of one pass over the whole mini-batch; then the advantage
+source trains on the batch (a critic: its value loss; the group estimators: nothing).
 """
 
 from __future__ import annotations
@@ -28,19 +30,18 @@ import torch
 from rlvr.algorithms import (
     TOKEN_CORRECTIONS,
     aggregate_loss,
-    get_advantage_estimator,
     get_policy_loss,
-    kl_in_reward,
     kl_penalty,
     masked_mean,
     masked_sequence_importance,
     sampler_drift,
 )
-from rlvr.algorithms.names import ADVANTAGE_ESTIMATOR_SPECS, POLICY_LOSS_SPECS
+from rlvr.algorithms.names import POLICY_LOSS_SPECS
 from rlvr.config import Config
 from rlvr.errors import UserError
 from rlvr.forward.logprobs import TokenBatch, make_token_batch
 from rlvr.training.collect import ScoredRollouts
+from rlvr.training.critic import AdvantageSource
 from rlvr.training.learner import Learner
 
 
@@ -94,13 +95,6 @@ def options(alg: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(alg, name) for name in names}
 
 
-def advantages_of(cfg: Config, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    alg = cfg.algorithm
-    estimator = get_advantage_estimator(alg.advantage)
-    spec = ADVANTAGE_ESTIMATOR_SPECS[alg.advantage]
-    return estimator(rewards, group_ids, **options(alg, spec.options))
-
-
 class SamplerDriftError(UserError):
     """The sampler's log-probs are far from the learner's on a batch drawn right after a sync."""
 
@@ -129,7 +123,7 @@ class UpdateBatch:
     sampler_lp: torch.Tensor | None  # the sampler's, when it may differ from the learner's
     ref_lp: torch.Tensor | None  # the reference policy's, when kl_coef > 0
     active: torch.Tensor | None  # rows with a non-zero advantage, when the others are skipped
-    sampler_stats: dict[str, float]
+    sampler_stats: dict[str, float]  # and the advantage source's
     time_logprobs_s: float
     drift_limit: float = 0.0  # checked after the update when its own forward measures drift
     staleness: int = 0
@@ -139,13 +133,13 @@ def prepare_batch(
     cfg: Config,
     learner: Learner,
     scored: ScoredRollouts,
+    source: AdvantageSource,
     *,
     correct_sampler: bool,
     drift_limit: float,
 ) -> UpdateBatch:
     """Tokens and masks, old / sampler / reference log-probs where needed, the sampler's drift
-    and masked importance sampling, and the advantages (the KL folded into the reward first with
-    algorithm.kl_in_reward)."""
+    and masked importance sampling, and the advantages from `source`."""
     alg = cfg.algorithm
     batch = scored.batch
     pad_id = learner.policy.tokenizer.pad_token_id
@@ -168,7 +162,6 @@ def prepare_batch(
     # the sampler's own log-probs, for the importance weights of rows another policy sampled
     sampler_lp = _padded(batch.logprobs, mask.shape) if correct_sampler else None
     ref_lp = learner.reference_logprobs(tokens) if learner.policy.use_reference else None
-    time_logprobs = time.perf_counter() - t0
     sampler_stats: dict[str, float] = {}
     if sampler_lp is not None and old_lp is not None:
         drift = sampler_drift(old_lp, sampler_lp, mask)
@@ -179,13 +172,11 @@ def prepare_batch(
             mask[~keep] = 0.0  # dropped sequences give no gradient; they still count in B
             sampler_stats.update({k: float(v) for k, v in mis.items()})
 
-    rewards = scored.rewards
-    if ref_lp is not None and alg.kl_in_reward:
-        assert old_lp is not None  # need_old: kl_in_reward
-        rewards = kl_in_reward(
-            rewards, kl_penalty(old_lp, ref_lp, alg.kl_estimator), mask, alg.kl_coef
-        )
-    advantages = advantages_of(cfg, rewards, batch.group_ids)
+    advantages, source_stats = source.estimate(
+        tokens, mask, scored.rewards, batch.group_ids, old_lp, ref_lp
+    )
+    sampler_stats.update(source_stats)
+    time_logprobs = time.perf_counter() - t0  # the passes before the update (a critic's too)
     # A row whose advantage is 0 everywhere has exactly zero gradient when the loss has no
     # term but the surrogate (-A * ratio, clipped, times the TIS weight) and the surrogate of a
     # token depends on its own row only: its forward and backward are skipped; the normalisers
@@ -219,7 +210,7 @@ def unit_loss(
     device: torch.device,
     rows: torch.Tensor,
     lp: torch.Tensor,
-    ent: torch.Tensor,
+    ent: torch.Tensor | None,
 ) -> tuple[torch.Tensor, dict[str, Any], float]:
     """The loss of one micro-batch's `rows` (log-probs `lp`, entropies `ent`), aggregated with
     the mini-batch's normalisers `agg`; its statistics, and their weight (its loss tokens):
@@ -227,13 +218,16 @@ def unit_loss(
         loss = aggregate(policy loss · TIS weight) + β · aggregate(KL) − c_H · aggregate(entropy)
     """
     alg = cfg.algorithm
+    assert ent is not None  # the pass runs with_entropy
     loss_spec = POLICY_LOSS_SPECS[alg.policy_loss]
     loss_fn, loss_options = get_policy_loss(loss_spec.name), options(alg, loss_spec.options)
     width = lp.shape[1]
     mask_rows = b.mask[rows, :width]
     m = mask_rows.to(device)
     old = b.old_lp[rows, :width].to(device) if b.old_lp is not None else lp.detach()
-    per_token, pstats = loss_fn(lp, old, b.advantages[rows].to(device), m, **loss_options)
+    advantages = b.advantages[rows]  # [R], or a critic's [R, T]: cut to the unit's width
+    advantages = advantages if advantages.dim() == 1 else advantages[:, :width]
+    per_token, pstats = loss_fn(lp, old, advantages.to(device), m, **loss_options)
     if b.sampler_lp is not None:
         # the sampler's correction, no gradient: pi_old / pi_sampler truncated (tis) or
         # masked outside [1/C, C] (icepop)
@@ -265,11 +259,17 @@ def update(
     learner: Learner,
     scored: ScoredRollouts,
     shuffle_gen: torch.Generator,
+    source: AdvantageSource,
     *,
     correct_sampler: bool,
     drift_limit: float = 0.0,
+    critic_gen: torch.Generator | None = None,
 ) -> tuple[dict[str, float], torch.Tensor]:
     """Optimise on one scored batch; returns the step's statistics and the advantages used.
+
+    source: where the advantages come from (rlvr.training.critic), trained on the batch after
+    the policy (a critic; `critic_gen` shuffles its mini-batches); while it says the policy
+    waits (critic warm-up), only it trains.
 
     correct_sampler: the batch's sampling log-probs may differ from the learner's (one-step
     off-policy rollouts, an inference engine with other kernels): the learner's own old
@@ -279,8 +279,9 @@ def update(
     an engine that computes the learner's own log-probs drifts only by staleness)."""
     alg, world, device = cfg.algorithm, learner.world, learner.policy.device
     b = prepare_batch(
-        cfg, learner, scored, correct_sampler=correct_sampler, drift_limit=drift_limit
+        cfg, learner, scored, source, correct_sampler=correct_sampler, drift_limit=drift_limit
     )
+    policy_epochs = 0 if source.policy_waits else cfg.training.ppo_epochs
     n, mask = len(scored.batch), b.mask
     mini_batch = cfg.training.mini_batch_size or n
 
@@ -288,7 +289,7 @@ def update(
     record = UpdateStats()
     grad_norms, losses, skipped, rows_skipped = [], [], 0, 0
     learner.model.train()
-    for _epoch in range(cfg.training.ppo_epochs):
+    for _epoch in range(policy_epochs):
         order = torch.randperm(n, generator=shuffle_gen)
         for start in range(0, n, mini_batch):
             mb_rows = order[start : start + mini_batch]
@@ -310,6 +311,7 @@ def update(
                 b.tokens,
                 mb_rows,
                 partial(unit_loss, cfg, b, agg, device),
+                with_entropy=True,
                 entropy_grad=alg.entropy_coef > 0,
             )
             record.forward_tokens += done.forward_tokens
@@ -322,6 +324,11 @@ def update(
             grad_norms.append(done.grad_norm)
             losses.append(done.loss)
     time_update = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # the policy's gradients are spent: freed before a critic's update allocates its own
+    learner.optimizer.zero_grad(set_to_none=True)
+    source_stats = source.fit(b.tokens, mask, critic_gen if critic_gen is not None else shuffle_gen)
+    time_source = time.perf_counter() - t0
     if world.distributed:  # the step's statistics over all ranks' rows
         record = UpdateStats.merge(world.all_gather_object(record))
     stats = record.means()
@@ -332,8 +339,12 @@ def update(
     # gradient matters); see docs. advantage_abs_mean shows the signal strength instead.
     stats["loss"] = sum(losses) / max(1, len(losses))
     stats["lr"] = learner.scheduler.get_last_lr()[0]
-    stats["advantage_abs_mean"] = float(b.advantages.abs().mean())
+    stats["advantage_abs_mean"] = _abs_mean(b.advantages, mask)
     stats.update(b.sampler_stats)
+    if source_stats:  # a critic's
+        stats.update(source_stats)
+        stats["time_critic_s"] = time_source
+        stats["policy_waits"] = int(policy_epochs == 0)
     if b.sampler_lp is not None and b.old_lp is None:  # measured by the update's forward
         check_drift(stats["rollout_logprob_drift_mean"], b.drift_limit, b.staleness)
     stats["time_logprobs_s"] = b.time_logprobs_s
@@ -342,6 +353,13 @@ def update(
         float(mask.sum()) * cfg.training.ppo_epochs / max(time_update, 1e-9)
     )
     return stats, b.advantages
+
+
+def _abs_mean(advantages: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean |A|: over the sequences, or for per-token advantages over the sampled tokens."""
+    if advantages.dim() == 1:
+        return float(advantages.abs().mean())
+    return float(masked_mean(advantages.abs(), mask))
 
 
 def _padded(rows: list[torch.Tensor], shape: torch.Size) -> torch.Tensor:
