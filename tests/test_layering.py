@@ -5,7 +5,7 @@ floors only (so packages on one floor do not import each other):
 
     errors < {algorithms, isolation, markup, plugins} < config < {rewards, observe}
       < {data, environments} < models < {rollout, forward} < distributed < runs
-      < {evaluation, estimate, sample, serve} < {training, sft} < {pipeline, api}
+      < {evaluation, estimate, sample, serve, reward_model} < {training, sft} < {pipeline, api}
       < commands < cli < __main__
 
 A top-level module (`errors.py`, `cli.py`, `__main__.py`) is its own package;

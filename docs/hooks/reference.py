@@ -56,6 +56,10 @@ class Schema:
             from rlvr.serve.config import ServeConfig
 
             return ServeConfig
+        if self.anchor == "rm":
+            from rlvr.reward_model.config import RMConfig
+
+            return RMConfig
         if self.anchor == "filter-stage":
             from rlvr.pipeline.stages import filter_schema
 
@@ -80,6 +84,7 @@ SCHEMAS = (
         ("sample",),
     ),
     Schema("serve", "rlvr serve", "`rlvr serve`", ("serve",)),
+    Schema("rm", "rlvr rm", "`rlvr rm`", ("rm",)),
     Schema("filter-stage", "Pipeline filter stage", "pipeline `filter` stages", ()),
     Schema("eval-stage", "Pipeline eval stage", "pipeline `eval` stages", ()),
 )

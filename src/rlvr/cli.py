@@ -27,6 +27,7 @@ from rlvr.commands import dispatch
 SUBCOMMANDS = (
     "train",
     "sft",
+    "rm",
     "sample",
     "distill",
     "pipeline",

@@ -54,6 +54,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.config import config_warnings, load_config
     from rlvr.models.loading import resolve_model_path
     from rlvr.observe.loggers import check_available
+    from rlvr.reward_model.scoring import learned_reward_check
     from rlvr.rewards.compose import build_verifier
 
     resuming = resume_dir(args)
@@ -64,7 +65,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = str(Path(resuming) / "config.yaml")  # the run's own config, overrides on top
     cfg = load_config(config, args.overrides)
     # Everything that can be checked without loading weights is checked before the run starts.
-    build_verifier(cfg.reward.verifier)
+    build_verifier(cfg.reward.verifier, resolve=learned_reward_check(cfg))  # rm: unloaded
     if cfg.environment.name:
         from rlvr.environments import environment_from_config
 

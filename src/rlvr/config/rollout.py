@@ -19,6 +19,18 @@ class RewardConfig:
         "a function or a list of functions and (function, weight) pairs",
         from_python="a function, or a list of functions, names and (function, weight) pairs",
     )
+    rm_batch_size: int = option(
+        64,
+        "rm:PATH components (learned reward models, rlvr train only): sequences scored per "
+        "forward pass, on the learner's device",
+        ge=1,
+    )
+    rm_normalize: str = option(
+        "none",
+        "rm:PATH components: none = the model's raw score; batch = z-scored over the "
+        "completions scored together (a step's round), (s - mean) / std",
+        choices=["none", "batch"],
+    )
     workers: int = option(0, "verifier worker processes (0 = score in the trainer process)", ge=0)
     timeout_s: float = option(10.0, "per-sample limit in the worker pool, seconds", gt=0.0)
     overlong_buffer: int = option(
@@ -26,6 +38,65 @@ class RewardConfig:
     )
     overlong_penalty_factor: float = option(1.0, "DAPO overlong shaping: maximal penalty", ge=0.0)
     mask_truncated: bool = option(False, "drop truncated completions from the loss (DAPO)")
+    mix_verifier: str | None = option(
+        None,
+        "the verifier of data.mix_path's prompts instead of reward.verifier: a learned reward "
+        "'rm:PATH', an LLM judge 'judge:URL', or any reward.verifier spec",
+    )
+    # LLM judges: reward.verifier=judge:URL or judge:serve (docs/guides/judges.md). rlvr train
+    # writes these into each judge item's settings (rlvr.rewards.judge.spec), where a setting
+    # the item names itself wins.
+    judge_model: str = option(
+        "", "LLM judge: the model name sent in each request ('' = none: a one-model server)"
+    )
+    judge_rubric: str = option(
+        "",
+        "LLM judge: a rubric file with {prompt}, {completion} and {reference} placeholders "
+        "('' = the built-in rubric, a 0-10 grade on a final 'SCORE: N' line)",
+    )
+    judge_format: str = option(
+        "score_line",
+        "LLM judge: how its answer states the score: score_line (the last line is 'SCORE: N'), "
+        'json (the answer is {"score": N}), number (the answer is one number)',
+        choices=["score_line", "json", "number"],
+    )
+    judge_max_score: float = option(
+        10.0, "LLM judge: the top of its scale; reward = score / judge_max_score", gt=0.0
+    )
+    judge_timeout_s: float = option(
+        30.0,
+        "LLM judge: hard wall-clock limit per request, connecting, retries and a slow answer "
+        "included, seconds (past it: reward 0, a verifier failure)",
+        gt=0.0,
+    )
+    judge_concurrency: int = option(
+        8, "LLM judge: requests in flight at once over a batch", ge=1, le=256
+    )
+    judge_retries: int = option(
+        1,
+        "LLM judge: new attempts after a connection error before any answer (refused, reset, "
+        "closed), within judge_timeout_s",
+        ge=0,
+        le=10,
+    )
+    judge_max_tokens: int = option(512, "LLM judge: max_tokens of its answer", ge=1)
+    judge_temperature: float = option(0.0, "LLM judge: sampling temperature", ge=0.0, le=2.0)
+    judge_seed: int = option(0, "LLM judge: the seed sent with each request")
+    judge_cache_size: int = option(
+        4096,
+        "LLM judge: answers to identical requests kept in memory for the run (LRU); 0 = off",
+        ge=0,
+    )
+    judge_api_key_env: str = option(
+        "",
+        "LLM judge: the NAME of the environment variable holding its API key, sent as a "
+        "bearer token ('' = none); the key itself never goes in a config",
+    )
+    judge_serve: str = option(
+        "",
+        "LLM judge: a model rlvr loads (embedded, a hub id, a run's final/) that rlvr train "
+        "serves on 127.0.0.1 for the judge:serve items of reward.verifier",
+    )
 
 
 @dataclass

@@ -260,6 +260,92 @@ def tool_failures(
     return None
 
 
+LEARNED_PREFIX = "rm:"  # a learned reward's component name (rlvr.rewards.spec.LEARNED_PREFIX)
+
+
+def _components(row: Row) -> tuple[list[str], list[str]]:
+    """(learned, rule) component names with a reward/<name>_mean in `row`."""
+    means = [k[len("reward/") : -len("_mean")] for k in row if k.startswith("reward/")]
+    names = [n for n in means if f"reward/{n}_std" in row]  # a component logs both
+    learned = [n for n in names if n.startswith(LEARNED_PREFIX)]
+    return learned, [n for n in names if not n.startswith(LEARNED_PREFIX)]
+
+
+def learned_reward_hacking(
+    history: Sequence[Row],
+    window: int = 10,
+    rise: float = 0.25,
+    flat: float = 0.02,
+    ceiling: float = 0.95,
+) -> Diagnostic | None:
+    """A learned reward (a component `rm:PATH`) whose mean over the last `window` steps is more
+    than `rise` of its typical spread above its mean over the `window` steps before (the
+    spread: the mean of reward/<rm>_std over those 2 x `window` steps, since a reward model's
+    scale is its own), while a rule verifier beside it (reward/<rule>_mean: exact_answer at
+    weight 0 watches) rose by less than `flat` and stays below `ceiling` (a solved rule
+    cannot rise). The policy is then learning what the reward model likes and the task does
+    not: reward hacking, visible because the rule is logged. Measured (docs/guides/
+    reward-models.md): with rise 0.25 it fires at step 35 of a run whose training accuracy then
+    fell from 0.72 to 0.10, and at step 44 of one that stalled at 0.7 (the rule alone: 0.99);
+    0.5 fires on neither."""
+    last = history[-1]
+    learned, rules = _components(last)
+    if not learned or not rules:
+        return None
+    name = learned[0]
+    mean = _series(history, f"reward/{name}_mean")
+    spread = _series(history, f"reward/{name}_std")
+    if len(mean) < 2 * window or len(spread) < 2 * window:
+        return None
+    scale = _mean(spread[-2 * window :])
+    gain = _mean(mean[-window:]) - _mean(mean[-2 * window : -window])
+    if scale <= 0 or gain <= rise * scale:
+        return None
+    for rule in rules:
+        values = _series(history, f"reward/{rule}_mean")
+        if len(values) < 2 * window:
+            continue
+        recent = _mean(values[-window:])
+        if recent - _mean(values[-2 * window : -window]) < flat and recent < ceiling:
+            return Diagnostic(
+                "learned_reward_hacking",
+                last["step"],
+                f"reward/{rule}_mean ({window}-step mean)",
+                recent,
+                f"the learned reward {name} rose by {gain / scale:.2g} of its spread over "
+                f"{window} steps while {rule} did not; the policy may be exploiting the reward "
+                "model. Read samples/step-N.jsonl, give the rule a weight, retrain the reward "
+                "model on the policy's own completions, or lower optimizer.lr",
+            )
+    return None
+
+
+def learned_reward_disagreement(
+    history: Sequence[Row], threshold: float = 0.5, window: int = 5
+) -> Diagnostic | None:
+    """The learned reward ranks completions against a rule verifier for `window` steps in a
+    row: reward/agreement/<rule> (within-group ranking agreement, rlvr.reward_model.agreement)
+    below `threshold` (0.5 = chance) at each of the last `window` steps."""
+    last = history[-1]
+    for key in (k for k in last if k.startswith("reward/agreement/")):
+        rows = history[-window:]
+        if len(rows) < window or any(r.get(key) is None for r in rows):
+            continue
+        values = [float(r[key]) for r in rows]
+        if all(v < threshold for v in values):
+            rule = key.removeprefix("reward/agreement/")
+            return Diagnostic(
+                "learned_reward_disagreement",
+                last["step"],
+                key,
+                values[-1],
+                f"the learned reward prefers what {rule} rejects in most groups; the reward "
+                "model does not measure the task on these completions: retrain it on the "
+                "policy's own completions",
+            )
+    return None
+
+
 def failure_warning(
     step: int,
     kind: str,
@@ -298,6 +384,8 @@ CHECKS = (
     clip_fraction_high,
     off_policy_drift,
     tool_failures,
+    learned_reward_hacking,
+    learned_reward_disagreement,
 )
 
 

@@ -18,6 +18,15 @@ sum and of its `reward/<name>`. A component that raises or returns anything but 
 fails the whole completion: the exception leaves marked with the component's name
 (`rlvr.rewards.base.mark_component`), so the failure's record names it.
 
+A spec item may also name a component that this package cannot build, because building it
+loads a model: `rm:PATH`, a learned reward model (rlvr.reward_model). The caller that can
+passes a resolver, `build_verifier(spec, resolve=resolve)`: `resolve(item)` returns the
+component of an item it knows (named by the item, weighted like any other) and None for the
+rest, which resolve as usual; without one an `rm:` item is a ConfigError (the registry's).
+The weight is still the last `:NUMBER` of an item (`rm:/runs/rm/final:1.0`), so a path whose
+last `:`-separated part is a number needs an explicit weight after it, and no path may hold a
+comma.
+
 The batch adapters never broadcast: completions and samples of different lengths are a bug
 upstream, and a ValueError naming both lengths is raised.
 """
@@ -41,10 +50,13 @@ from rlvr.rewards.base import (
     stops_the_run,
 )
 from rlvr.rewards.batched import BatchedReward, function_name, is_trl_shaped
+from rlvr.rewards.judge.spec import is_judge, judge_name, split_judge_weight
 from rlvr.rewards.spec import TRL_PREFIX, worker_spec
 
 T = TypeVar("T")
 Component = Any  # a Verifier, or a BatchedReward (rlvr.rewards.batched)
+# A spec item -> its component, or None for an item that is not of the resolver's kind.
+Resolver = Callable[[str], Any]
 
 
 class CompositeVerifier:
@@ -60,14 +72,15 @@ class CompositeVerifier:
         self.components = {name: (v, float(w)) for name, (v, w) in components.items()}
 
     @classmethod
-    def from_spec(cls, spec: str) -> CompositeVerifier:
+    def from_spec(cls, spec: str, resolve: Resolver | None = None) -> CompositeVerifier:
+        """The weighted sum a spec "a:1.0,b:0.1" names (`resolve`: as for `build_verifier`)."""
         items = []
         for item in (part.strip() for part in spec.split(",")):
             target, weight = _split_weight(item)
             if not target:
                 raise ConfigError(f"reward.verifier: empty item in '{spec}'")
             items.append((target, weight))
-        return _from_items(items, spec)
+        return _from_items(items, spec, resolve)
 
     @property
     def needs(self) -> dict[str, str]:
@@ -190,6 +203,8 @@ def _component(name: str, fn: Callable[..., T], *args: Any) -> T:
 
 
 def _split_weight(item: str) -> tuple[str, float]:
+    if is_judge(item):  # judge:http://127.0.0.1:8000: a port is no weight (rewards/judge/spec)
+        return split_judge_weight(item)
     name, sep, last = item.rpartition(":")
     if sep:
         try:
@@ -211,15 +226,22 @@ def as_component(fn: Any) -> Component:
     return BatchedReward(fn)
 
 
-def _resolve(target: Any, where: str) -> tuple[str, Component]:
-    """(component name, component) of one item: a spec string or a callable."""
+def _resolve(target: Any, where: str, resolve: Resolver | None = None) -> tuple[str, Component]:
+    """(component name, component) of one item: a spec string (offered to `resolve` first) or a
+    callable."""
     from rlvr.rewards.registry import get_verifier
 
+    if isinstance(target, str) and resolve is not None:
+        found = resolve(target)
+        if found is not None:
+            return target, as_component(found)
     if isinstance(target, str):
         if target.startswith(TRL_PREFIX) and ":" in target[len(TRL_PREFIX) :]:
             fn = get_verifier(target[len(TRL_PREFIX) :])
             return function_name(fn), BatchedReward(fn)
         v = as_component(get_verifier(target))
+        if is_judge(target):  # named without its settings: reward/judge:http://h:8000/v1_mean
+            return judge_name(target), v
         return (v.name if isinstance(v, BatchedReward) else target), v
     if callable(target):
         return function_name(target), as_component(target)
@@ -229,11 +251,13 @@ def _resolve(target: Any, where: str) -> tuple[str, Component]:
     )
 
 
-def _from_items(items: Sequence[tuple[Any, Any]], spec: str) -> CompositeVerifier:
+def _from_items(
+    items: Sequence[tuple[Any, Any]], spec: str, resolve: Resolver | None = None
+) -> CompositeVerifier:
     components: dict[str, tuple[Component, float]] = {}
     for i, (target, weight) in enumerate(items):
         where = f"reward.verifier[{i}]" if spec == "" else "reward.verifier"
-        name, v = _resolve(target, where)
+        name, v = _resolve(target, where, resolve)
         shown = f" in '{spec}'" if spec else ""
         if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
             raise ConfigError(f"{where}: weight of '{name}' must be a number, got {weight!r}")
@@ -245,18 +269,23 @@ def _from_items(items: Sequence[tuple[Any, Any]], spec: str) -> CompositeVerifie
     return CompositeVerifier(components)
 
 
-def build_verifier(spec: Any, *, workers: int = 0) -> Verifier:
+def build_verifier(spec: Any, *, workers: int = 0, resolve: Resolver | None = None) -> Verifier:
     """The verifier `reward.verifier` names: a single spec (via the registry), a weighted sum
     "math:1.0,format:0.1", or from Python a function or a list of functions, specs and
     (function, weight) pairs. A TRL-shaped function, alone, is a one-component sum (so its
     reward/<name> is logged). With `workers` > 0 the spec must also reach worker processes
-    (`rlvr.rewards.spec.worker_spec`): a ConfigError now otherwise."""
+    (`rlvr.rewards.spec.worker_spec`): a ConfigError now otherwise.
+
+    `resolve(item)`: the component of a spec item this package cannot build (`rm:PATH`, a
+    learned reward model), None for any other item (module docstring). Such a component lives
+    in the caller's process, so it cannot go with `workers` > 0: a ConfigError."""
     if workers > 0:
         worker_spec(spec)
+        resolve = _in_this_process(resolve)
     if isinstance(spec, str):
         if is_composite_spec(spec):
-            return CompositeVerifier.from_spec(spec)
-        name, v = _resolve(spec, "reward.verifier")
+            return CompositeVerifier.from_spec(spec, resolve)
+        name, v = _resolve(spec, "reward.verifier", resolve)
     elif isinstance(spec, (list, tuple)):
         items = [
             tuple(item)
@@ -266,12 +295,28 @@ def build_verifier(spec: Any, *, workers: int = 0) -> Verifier:
             else (item, 1.0)
             for item in spec
         ]
-        return _from_items(items, "")
+        return _from_items(items, "", resolve)
     else:
-        name, v = _resolve(spec, "reward.verifier")
+        name, v = _resolve(spec, "reward.verifier", resolve)
     if isinstance(v, BatchedReward):
         return CompositeVerifier({name: (v, 1.0)})
     return v
+
+
+def _in_this_process(resolve: Resolver | None) -> Resolver | None:
+    """`resolve`, refusing the items it builds: they cannot reach worker processes."""
+    if resolve is None:
+        return None
+
+    def refuse(target: str) -> Any:
+        if resolve(target) is not None:
+            raise ConfigError(
+                f"reward.workers: '{target}' is scored in the trainer process, and worker "
+                "processes cannot build it; set reward.workers=0"
+            )
+        return None
+
+    return refuse
 
 
 def verifier_needs(verifier: Any, name: str | None = None) -> dict[str, str]:

@@ -4,7 +4,9 @@ Built-in names map to functions in this package; 'module:function' imports a mod
 'path/to/file.py:function' loads a file (its directory on the import path while it loads, so it
 may import a module beside it; rlvr.plugins), so users plug in their own verifiers without a
 registry. A user function may be TRL-shaped (rlvr.rewards.batched); `build_verifier`
-(rlvr.rewards.compose) wraps it. `builtin_needs`: the sample keys a built-in cannot score
+(rlvr.rewards.compose) wraps it. 'rm:PATH' (a learned reward model) is not resolved here: a
+caller that loads models passes `build_verifier` a resolver for it, and without one it is a
+ConfigError. `builtin_needs`: the sample keys a built-in cannot score
 without, which a dataset's rows are checked for before training starts.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 from rlvr.errors import ConfigError
 from rlvr.plugins import load_attribute
 from rlvr.rewards.base import Verifier
+from rlvr.rewards.spec import LEARNED_PREFIX
 
 
 def _builtin() -> dict[str, Verifier]:
@@ -61,9 +64,18 @@ def builtin_needs(verifier: object) -> dict[str, str]:
 
 
 def get_verifier(spec: str) -> Verifier:
+    if spec.startswith("judge:"):  # an LLM judge: judge:URL[#settings] (rlvr.rewards.judge)
+        from rlvr.rewards.judge import judge_from_spec
+
+        return judge_from_spec(spec)
     builtin = _builtin()
     if spec in builtin:
         return builtin[spec]
+    if spec.startswith(LEARNED_PREFIX):
+        raise ConfigError(
+            f"reward.verifier: {spec!r} is a learned reward model, which only rlvr train (and "
+            "rlvr.train) loads and scores; here use a rule verifier (docs/guides/reward-models.md)"
+        )
     if ":" not in spec:
         raise ConfigError(
             f"reward.verifier: unknown verifier {spec!r}; expected one of "

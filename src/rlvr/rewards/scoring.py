@@ -40,6 +40,7 @@ from rlvr.rewards.base import (
     sample_id,
 )
 from rlvr.rewards.compose import CompositeVerifier, batched_rewards
+from rlvr.rewards.judge import prefetch
 
 if TYPE_CHECKING:
     from rlvr.rewards.pool import VerifierPool
@@ -146,6 +147,8 @@ class Scorer:
                 partial(batched_rewards, composite, texts, samples, completion_ids), "verifier"
             )
             batch = given or {}
+        if whole is None:  # an LLM judge asks about the whole batch at once (rewards/judge)
+            prefetch(self.verifier, texts, samples)
         rewards, failed = [], []
         for i, (text, sample) in enumerate(zip(texts, samples)):
             if whole is not None:

@@ -16,6 +16,9 @@ from typing import Any
 from rlvr.errors import ConfigError
 
 TRL_PREFIX = "trl:"  # declares a TRL-shaped function: trl:rewards.py:accuracy_reward
+# A learned reward (a reward model directory, `rm:PATH`): a component only a caller that loads
+# models can build; `build_verifier(spec, resolve=...)` (rlvr.rewards.compose) hands it over.
+LEARNED_PREFIX = "rm:"
 
 
 def absolute_spec(spec: str) -> str:

@@ -33,6 +33,7 @@ from rlvr.forward.paths import build_forward
 from rlvr.models.loading import resolve_device
 from rlvr.observe.diagnostics import diagnose
 from rlvr.observe.metrics import memory_metrics
+from rlvr.reward_model.scoring import learned_reward_resolver
 from rlvr.rewards.compose import build_verifier
 from rlvr.rollout import SamplingParams
 from rlvr.runs.allocator import keep_freed_memory
@@ -158,7 +159,21 @@ class GRPOTrainer:
         if cfg.training.keep_freed_memory and self.device.type == "cpu":
             # before the model: its blocks come from the kept heap too
             keep_freed_memory(0 < cfg.training.map_large_blocks_from <= r.max_new_tokens)
-        self.verifier = build_verifier(cfg.reward.verifier, workers=cfg.reward.workers)
+        # LLM judges: the spec gets reward.judge_*'s settings; judge:serve a server of its own
+        self.judges, cfg = start_judges(cfg, self.log)
+        self.verifier = build_verifier(
+            cfg.reward.verifier,
+            workers=cfg.reward.workers,
+            resolve=learned_reward_resolver(cfg, self.device),  # rm:PATH, on the learner's device
+        )
+        # data.mix_path's prompts (no reference answers) are scored by reward.mix_verifier
+        self.mix_verifier = (
+            build_verifier(
+                cfg.reward.mix_verifier, resolve=learned_reward_resolver(cfg, self.device)
+            )
+            if cfg.reward.mix_verifier
+            else None
+        )
         self.task = build_run_task(cfg, self.verifier)  # rows checked for what it needs
         resumed = run_dir if resume else None  # a resumed run keeps its recorded precision
         self.policy = build_policy(cfg, self.world, self.device, resumed=resumed, log=self.log)
@@ -356,6 +371,7 @@ class GRPOTrainer:
             out.close()
             errors.close()
             self.source.close()
+            self.judges.close()
         summary["steps"] = cfg.training.steps
         summary["wall_seconds"] = time.perf_counter() - start
         if self.world.distributed:

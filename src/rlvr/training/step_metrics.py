@@ -20,6 +20,7 @@ import torch
 from rlvr.algorithms import group_stats
 from rlvr.observe.diagnostics import failure_warning
 from rlvr.observe.metrics import JsonlWriter, percentile
+from rlvr.reward_model.agreement import learned_reward_agreement
 from rlvr.rewards.base import Failure, first_tracebacks
 from rlvr.rewards.exact import is_reasoning
 from rlvr.rollout import ToolRecord
@@ -54,6 +55,12 @@ def rollout_metrics(scored: ScoredRollouts, dynamic_sampling_target: int = 0) ->
         t = torch.tensor(values)
         m[f"reward/{name}_mean"] = float(t.mean())
         m[f"reward/{name}_std"] = float(t.std(unbiased=False))
+    group_size = len(batch) // max(1, len(set(batch.group_ids.tolist())))
+    m.update(  # a learned reward (rm:PATH) against the rule verifiers beside it
+        learned_reward_agreement(
+            scored.components, group_size, scored.completions, scored.verifier_failures
+        )
+    )
     if batch.tools is not None:
         m.update(tool_metrics(batch.tools))
         # over every round of the step, as verifier_failures
@@ -113,6 +120,9 @@ def write_samples(
                 "finish_reason": scored.batch.finish_reason[i],
             }
         )
+        answers = judged(scored.batch.completion_text[i], s) if judged is not None else None
+        if answers:
+            rows[-1]["judge"] = answers
         if scored.batch.tools is not None:  # the transcript, tool output marked as "env"
             record = scored.batch.tools[i]
             rows[-1]["tool_calls"] = record.calls
