@@ -269,6 +269,9 @@ def config_warnings(cfg: Config) -> list[str]:
         unused("algorithm.kl_estimator", "algorithm.kl_coef=0 computes no KL term")
     if not alg.dynamic_sampling:
         unused("algorithm.max_sampling_rounds", "algorithm.dynamic_sampling is false")
+    if not cfg.data.mix_path:
+        unused("reward.mix_verifier", "data.mix_path is unset: no prompt is mixed in")
+        unused("data.mix_fraction", "data.mix_path is unset: no prompt is mixed in")
     exact_sampler = cfg.rollout.engine != "vllm"  # fast and hf compute the learner's log-probs
     if cfg.rollout.staleness == 0 and exact_sampler:
         why = (

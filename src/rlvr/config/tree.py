@@ -193,6 +193,14 @@ class DataConfig:
         ge=0,
         le=64,
     )
+    mix_path: str | None = option(
+        None,
+        "prompts no rule checks, mixed into training (DeepSeek-R1's last stage): a dataset with "
+        "data.prompt_field, scored by reward.mix_verifier (docs/pipelines.md)",
+    )
+    mix_fraction: float = option(
+        0.0, "share of the training draws taken from data.mix_path", ge=0.0, le=1.0
+    )
     seed: int = option(0, "seed of the prompt stream")
 
     def validate(self) -> None:
@@ -210,6 +218,8 @@ class DataConfig:
             )
         if self.task == "gym" and not self.gym_name:
             raise ConfigError("data.gym_name: required when data.task is 'gym'")
+        if self.mix_path and self.mix_fraction == 0:
+            raise ConfigError("data.mix_fraction: must be > 0 when data.mix_path is set")
 
 
 @dataclass
@@ -386,6 +396,11 @@ class TrainingConfig:
 @dataclass
 class EvalConfig:
     size: int = option(200, "held-out problems", ge=0)
+    verifier: str | None = option(
+        None,
+        "what held-out accuracy is scored with (unset = reward.verifier); set a rule (e.g. "
+        "exact_answer) when training on a learned reward or a judge",
+    )
     every: int = option(20, "also evaluate every N steps during training (0 = off)", ge=0)
     before: bool = option(True, "evaluate the model before training")
     after: bool = option(True, "evaluate the model after training")

@@ -17,7 +17,8 @@ def build_task(
     origin: str = "the environment",
 ) -> Any:
     """The task of `cfg`, its prompts rewritten by `data.prompt_template` when one is set and
-    preceded by `data.fewshot` solved training problems when that is > 0. With the run's
+    preceded by `data.fewshot` solved training problems when that is > 0, and
+    `data.mix_path`'s prompts mixed in at `data.mix_fraction` (rlvr.data.mix). With the run's
     `verifier`, a dataset's rows are checked for what it needs before anything else runs
     (`verifier_needs`: the reference answer of math, a TRL function's named columns).
     `data.task=environment` needs `rows`, (training rows, held-out rows; none: a split of
@@ -49,6 +50,10 @@ def build_task(
         from rlvr.data.fewshot import FewShotTask
 
         task = FewShotTask(task, cfg.fewshot, seed=cfg.seed)
+    if cfg.mix_path:  # outermost: the mixed prompts take no template and no solved examples
+        from rlvr.data.mix import load_mix
+
+        task = load_mix(cfg, task)
     return task
 
 

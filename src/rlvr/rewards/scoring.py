@@ -49,9 +49,17 @@ if TYPE_CHECKING:
 class Scorer:
     """Applies the verifier to every completion, in this process or in a worker pool."""
 
-    def __init__(self, verifier: Verifier, pool: VerifierPool | None = None) -> None:
+    def __init__(
+        self,
+        verifier: Verifier,
+        pool: VerifierPool | None = None,
+        routes: Mapping[str, Scorer] | None = None,
+    ) -> None:
         self.verifier = verifier
         self.pool = pool
+        # a sample whose "reward_route" names one of these is scored by that scorer instead
+        # (data.mix_path's prompts: reward.mix_verifier; rlvr.data.mix)
+        self.routes = dict(routes or {})
         self.components: dict[str, list[float]] = {}
         self.failures: list[Failure] = []
 
@@ -72,9 +80,26 @@ class Scorer:
         records of one error (`Failure.key`) only the first keeps its traceback.
         `completion_ids`: each completion's token ids (ints, or a tensor: its tolist()), for
         TRL-shaped functions. `skip[i]`: completion i is not scored (its environment gave
-        its reward, which replaces the verifier's): reward 0, no failure, no component value."""
+        its reward, which replaces the verifier's): reward 0, no failure, no component value.
+        A sample whose `reward_route` is one of `routes` is scored by that route's scorer: its
+        failures and components are gathered here, numbered as if this scorer had scored it."""
         if len(texts) != len(samples):
             raise ValueError(f"{len(texts)} completions for {len(samples)} samples")
+        routed = [s.get("reward_route") for s in samples] if self.routes else []
+        if any(r in self.routes for r in routed):
+            return self._routed(texts, samples, first_row, indices, completion_ids, skip, routed)
+        return self._score(texts, samples, first_row, indices, completion_ids, skip)
+
+    def _score(
+        self,
+        texts: list[str],
+        samples: list[Mapping[str, Any]],
+        first_row: int = 0,
+        indices: Sequence[int] | None = None,
+        completion_ids: Sequence[Any] | None = None,
+        skip: Sequence[bool] | None = None,
+    ) -> tuple[list[float], int]:
+        """`__call__` with this scorer's own verifier for every row."""
         if skip is not None and any(skip):
             return self._some(texts, samples, first_row, indices, completion_ids, skip)
         if not self.batched:
@@ -113,7 +138,7 @@ class Scorer:
         keep = [i for i, s in enumerate(skip) if not s]
         where = list(indices) if indices is not None else [first_row + i for i in range(len(texts))]
         before = len(self.failures)
-        scored, failed = self(
+        scored, failed = self._score(
             [texts[i] for i in keep],
             [samples[i] for i in keep],
             indices=[where[i] for i in keep],
@@ -126,6 +151,43 @@ class Scorer:
         rewards = [0.0] * len(texts)
         for i, reward in zip(keep, scored):
             rewards[i] = reward
+        return rewards, failed
+
+    def _routed(
+        self,
+        texts: list[str],
+        samples: list[Mapping[str, Any]],
+        first_row: int,
+        indices: Sequence[int] | None,
+        completion_ids: Sequence[Any] | None,
+        skip: Sequence[bool] | None,
+        routed: list[Any],
+    ) -> tuple[list[float], int]:
+        """The rows of each route by its scorer, the others by this one (the routed rows
+        skipped here); rewards in row order, failures numbered by row."""
+        skipped = list(skip) if skip is not None else [False] * len(texts)
+        own = [s or r in self.routes for s, r in zip(skipped, routed)]
+        rewards, failed = self._score(texts, samples, first_row, indices, completion_ids, own)
+        where = list(indices) if indices is not None else [first_row + i for i in range(len(texts))]
+        for name, scorer in self.routes.items():
+            rows = [i for i, r in enumerate(routed) if r == name and not skipped[i]]
+            if not rows:
+                continue
+            scored, n = scorer(
+                [texts[i] for i in rows],
+                [samples[i] for i in rows],
+                indices=[where[i] for i in rows],
+                completion_ids=[completion_ids[i] for i in rows]
+                if completion_ids is not None
+                else None,
+            )
+            for i, reward in zip(rows, scored):
+                rewards[i] = reward
+            failed += n
+            for f in scorer.pop_failures():
+                self.failures.append(replace(f, row=first_row + rows[f.row]))
+            for key, values in scorer.pop_components().items():
+                self.components.setdefault(key, []).extend(values)
         return rewards, failed
 
     @property

@@ -36,6 +36,32 @@ def absolute_spec(spec: str) -> str:
     return ",".join(items)
 
 
+def absolute_learned(spec: str) -> str:
+    """Make the relative directories of 'rm:PATH[:WEIGHT]' items absolute where they exist (a
+    hub id is left as written), so a run's recorded config resumes from anywhere."""
+    items = []
+    for item in spec.split(","):
+        lead, body = item[: len(item) - len(item.lstrip())], item.strip()
+        if body.startswith(LEARNED_PREFIX):
+            target, weight = body[len(LEARNED_PREFIX) :], ""
+            head, sep, last = target.rpartition(":")
+            if sep and _is_number(last):
+                target, weight = head, sep + last
+            path = Path(target).expanduser()
+            if not path.is_absolute() and path.exists():
+                item = lead + LEARNED_PREFIX + str(path.resolve()) + weight
+        items.append(item)
+    return ",".join(items)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def worker_spec(spec: Any) -> str | bytes:
     """What a worker builds its verifier from: a spec string, its 'file.py' items made
     absolute; a function or list of them (from Python), pickled, which a lambda or a function

@@ -102,7 +102,11 @@ PATH_KEYS = {
     "model.name_or_path": "path",
     "data.path": "path",
     "data.eval_path": "path",
+    "data.mix_path": "path",
+    "critic.name_or_path": "path",
     "reward.verifier": "spec",
+    "reward.mix_verifier": "spec",
+    "eval.verifier": "spec",
     "environment.name": "spec",
 }
 NOT_PATHS = ("embedded", "embedded-small", "embedded-tools")  # model names, whatever is on disk
@@ -114,7 +118,7 @@ def absolute_paths(tree: dict[str, Any]) -> dict[str, Any]:
     run found it: a hub id ('org/model', 'openai/gsm8k') or 'embedded' is left as written. In a
     spec only 'file.py' items are paths ('module:function' and built-in names are not). Other
     keys are untouched."""
-    from rlvr.rewards.spec import absolute_spec
+    from rlvr.rewards.spec import absolute_learned, absolute_spec
 
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in tree.items()}
     for key, kind in PATH_KEYS.items():
@@ -126,8 +130,10 @@ def absolute_paths(tree: dict[str, Any]) -> dict[str, Any]:
             path = Path(value).expanduser()
             if not path.is_absolute() and path.exists():
                 out[section][leaf] = str(path.resolve())
-        elif ".py:" in value:
-            out[section][leaf] = absolute_spec(value)
+        else:
+            if ".py:" in value:
+                value = absolute_spec(value)
+            out[section][leaf] = absolute_learned(value)  # rm:PATH items
     return out
 
 

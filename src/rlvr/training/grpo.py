@@ -222,7 +222,9 @@ class GRPOTrainer:
             if r.staleness or self.policy.rollout_cast
             else self.engine  # with FSDP the replica is synced before every evaluation
         )
-        self.evaluate = heldout_eval(cfg, self.task, eval_engine, self.encode, self.verifier)
+        # held-out accuracy by a rule where the training reward is learned (eval.verifier)
+        eval_verifier = build_verifier(cfg.eval.verifier) if cfg.eval.verifier else self.verifier
+        self.evaluate = heldout_eval(cfg, self.task, eval_engine, self.encode, eval_verifier)
         self.checkpoints = RLCheckpoints(
             run_dir,
             self.policy,
@@ -239,7 +241,14 @@ class GRPOTrainer:
         source_world = self.world.new_group() if r.staleness else self.world
         # last: a Ray source starts a cluster, which nothing after it could fail to close
         self.source = build_rollout_source(
-            cfg, self.engine, self.verifier, self.sampling, self.sample_gen, source_world, self.log
+            cfg,
+            self.engine,
+            self.verifier,
+            self.sampling,
+            self.sample_gen,
+            source_world,
+            self.log,
+            mix_verifier=self.mix_verifier,
         )
         self.collector = Collector(cfg, self.task, self.source, self.prompt_rng, self.encode)
         self.rollouts = build_schedule(

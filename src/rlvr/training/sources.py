@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from rlvr.config import Config
+from rlvr.data.mix import MIX_ROUTE
 from rlvr.distributed.world import World
 from rlvr.rewards.pool import VerifierPool
 from rlvr.rewards.scoring import Scorer
@@ -91,9 +92,11 @@ def build_rollout_source(
     generator: torch.Generator,
     world: World,
     log: Callable[[str], None] = print,
+    mix_verifier: Callable[[str, Mapping[str, Any]], float] | None = None,
 ) -> RolloutSource:
     """The source `distributed.ray` selects: Ray actors, or the engine and a scorer here (in a
-    pool of reward.workers processes when that is > 0)."""
+    pool of reward.workers processes when that is > 0). `mix_verifier`: the verifier of
+    data.mix_path's prompts (reward.mix_verifier), scored in this process."""
     if cfg.distributed.ray:
         from rlvr.distributed.ray_rollouts import RayRollouts
 
@@ -104,7 +107,9 @@ def build_rollout_source(
         if reward.workers > 0
         else None
     )
-    return LocalRollouts(engine, Scorer(verifier, pool), sampling, generator, world, log)
+    routes = {MIX_ROUTE: Scorer(mix_verifier)} if mix_verifier is not None else None
+    scorer = Scorer(verifier, pool, routes)
+    return LocalRollouts(engine, scorer, sampling, generator, world, log)
 
 
 class LocalRollouts:
