@@ -190,6 +190,13 @@ PLOTS: list[tuple[str, str, str, Callable[[Any, list[Run], list[Any]], bool], st
         _lines(("verifier_failures", "-"), ("environment_failures", "--")),
         "no verifier_failures logged",
     ),
+    (
+        "critic",
+        "PPO's critic (solid: explained variance of V_old, dashed: value loss)",
+        "explained variance / loss",
+        _lines(("explained_variance", "-"), ("critic_loss", "--")),
+        "no critic: algorithm.advantage=gae trains one (docs/concepts/ppo.md)",
+    ),
     ("entropy", "Policy entropy", "nats / token", _lines(("entropy", "-")), "no entropy logged"),
     (
         "zero_std_group_fraction",
