@@ -621,3 +621,17 @@ def test_a_yaml_list_that_is_no_python_verifier_is_a_type_error(tmp_path, value)
     path.write_text(yaml.safe_dump({"reward": {"verifier": value}}))
     with pytest.raises(ConfigError, match="reward.verifier"):
         load_config(str(path))
+
+
+def test_learned_reward_and_judge_options_without_one_are_named_as_ineffective():
+    lines = config_warnings(load_config(None, ["reward.rm_normalize=batch", "reward.judge_seed=3"]))
+    assert any(line.startswith("reward.rm_normalize=batch has no effect") for line in lines)
+    assert any(line.startswith("reward.judge_seed=3 has no effect") for line in lines)
+    cfg = load_config(None, ["reward.verifier=rm:/runs/rm/final", "reward.rm_normalize=batch"])
+    assert config_warnings(cfg) == []
+    cfg = load_config(
+        None,
+        [f"data.mix_path={__file__}", "data.mix_fraction=0.5"]
+        + ["reward.mix_verifier=judge:http://127.0.0.1:9/v1", "reward.judge_seed=3"],
+    )
+    assert not any(line.startswith("reward.judge_seed") for line in config_warnings(cfg))

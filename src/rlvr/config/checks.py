@@ -272,6 +272,14 @@ def config_warnings(cfg: Config) -> list[str]:
     if not cfg.data.mix_path:
         unused("reward.mix_verifier", "data.mix_path is unset: no prompt is mixed in")
         unused("data.mix_fraction", "data.mix_path is unset: no prompt is mixed in")
+    specs = " ".join(
+        v for v in (cfg.reward.verifier, cfg.reward.mix_verifier) if isinstance(v, str)
+    )
+    for name in cfg.reward.__dataclass_fields__:
+        if name.startswith("rm_") and "rm:" not in specs:
+            unused(f"reward.{name}", "no verifier spec names a learned reward (rm:PATH)")
+        elif name.startswith("judge_") and "judge:" not in specs:
+            unused(f"reward.{name}", "no verifier spec names an LLM judge (judge:...)")
     exact_sampler = cfg.rollout.engine != "vllm"  # fast and hf compute the learner's log-probs
     if cfg.rollout.staleness == 0 and exact_sampler:
         why = (

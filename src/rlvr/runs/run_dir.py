@@ -107,6 +107,7 @@ PATH_KEYS = {
     "reward.verifier": "spec",
     "reward.mix_verifier": "spec",
     "eval.verifier": "spec",
+    "reward.judge_rubric": "path",
     "environment.name": "spec",
 }
 NOT_PATHS = ("embedded", "embedded-small", "embedded-tools")  # model names, whatever is on disk
