@@ -139,3 +139,43 @@ def test_eval_verifier_scores_held_out_accuracy_with_its_own_rule(tmp_path):
     a = json.loads((tmp_path / "a" / "summary.json").read_text())["eval_before"]["accuracy"]
     b = json.loads((tmp_path / "b" / "summary.json").read_text())["eval_before"]["accuracy"]
     assert a == 1.0 and b < 0.5  # the base model is wrong on most problems
+
+
+def test_a_pipeline_stage_trains_on_the_mix(tmp_path):
+    """R1's last stage as a pipeline stage: rule-scored task prompts and open prompts with
+    their own verifier; the stage table measures the rule on the task's held-out prompts."""
+    import yaml
+
+    open_py = tmp_path / "open.py"
+    open_py.write_text(OPEN)
+    tree = {
+        "name": "mixed",
+        "models": {"base": "embedded"},
+        "task": {"task": "addition"},
+        "reward": {"verifier": "exact_answer"},
+        "eval": {"size": 8, "t1_samples": 0},
+        "stages": [
+            {
+                "name": "last",
+                "kind": "grpo",
+                "config": {
+                    "training.steps": 2,
+                    "rollout.prompts_per_step": 4,
+                    "rollout.group_size": 2,
+                    "logging.samples_every": 1,
+                    "data.mix_path": str(_prompts(tmp_path)),
+                    "data.mix_fraction": 0.5,
+                    "reward.mix_verifier": f"{open_py}:brevity",
+                },
+            }
+        ],
+    }
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    out = tmp_path / "out"
+    assert main(["pipeline", str(path), "--output-dir", str(out), "--quiet"]) == 0
+    samples = (out / "stages" / "last" / "samples" / "step-1.jsonl").read_text().splitlines()
+    mixed = [r for r in map(json.loads, samples) if r["answer"] is None]
+    assert mixed and all(
+        r["reward"] == pytest.approx(1 / (1 + len(r["completion"]))) for r in mixed
+    )
