@@ -311,3 +311,13 @@ def test_a_critic_holds_the_decoder_a_scalar_head_and_their_adam_moments(llama7b
     # a bf16 frozen base under bf16-mixed LoRA, fp32 adapters and head with fp32 moments
     want = (N_7B - V * H + H + 1) * 2 + trainable * 4 + trainable * 8
     assert r["critic"] == f"{want / GIB:.2f} GiB"
+
+
+def test_a_learned_reward_holds_its_weights_for_inference(llama7b, capsys):
+    base = ["estimate", f"model.name_or_path={llama7b}", "--precision", "fp32"]
+    assert main(base) == 0
+    assert "reward_model" not in _report(capsys)  # a rule verifier: no such line
+    assert main([*base, f"reward.verifier=rm:{llama7b}:1.0,exact_answer:0"]) == 0
+    r = _report(capsys)
+    rm = N_7B - V * H + H  # the decoder and a bias-free [1, H] score head: no LM head
+    assert r["reward_model"] == f"{rm * 4 / GIB:.2f} GiB"  # fp32: model.dtype auto on a CPU

@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         world_size=args.world_size,
         fsdp=args.fsdp,
         critic=critic,
+        reward_model_bytes=_reward_model_bytes(cfg, device),
     )
     note = (
         f"(per device; {args.world_size} rank(s){', FSDP' if args.fsdp else ''}; "
@@ -136,6 +137,50 @@ def _critic_shape(cfg: Any, policy_config: Any) -> Any:
                 f"critic.name_or_path: cannot read a config from '{path}': {e}"
             ) from None
     return critic_shape(config, m.lora_rank, m.lora_target_modules)
+
+
+def _reward_model_bytes(cfg: Any, device: str) -> float:
+    """The weights of every learned reward (`rm:PATH` items of reward.verifier and
+    reward.mix_verifier), counted on the meta device from each model's config, in the dtype the
+    trainer loads them in (model.dtype's inference dtype)."""
+    from rlvr.rewards.spec import LEARNED_PREFIX
+
+    specs = [s for s in (cfg.reward.verifier, cfg.reward.mix_verifier) if isinstance(s, str)]
+    paths = []
+    for item in (part.strip() for spec in specs for part in spec.split(",")):
+        if item.startswith(LEARNED_PREFIX):
+            target = item[len(LEARNED_PREFIX) :]
+            head, sep, last = target.rpartition(":")
+            paths.append(head if sep and _is_number(last) else target)
+    if not paths:
+        return 0.0
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from rlvr.models.loading import resolve_dtype
+
+    size = torch.finfo(resolve_dtype(cfg.model.dtype, torch.device(device))).bits // 8
+    total = 0.0
+    for path in paths:
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.model.trust_remote_code)
+        except (OSError, ValueError) as e:
+            raise ModelLoadError(
+                f"reward.verifier: cannot read a config from '{path}': {e}"
+            ) from None
+        config.num_labels = 1
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(config)
+        total += sum(p.numel() for p in model.parameters()) * size
+    return total
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 FALLBACK_PROMPT_TOKENS = 512

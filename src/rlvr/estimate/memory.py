@@ -4,7 +4,7 @@ A run's memory is what stays resident plus the largest of three phases, each of 
 what it allocated before the next begins (the fast engine's K/V buffers and weight copies are
 released after every training rollout, the gradients after every optimizer step):
 
-    total = runtime + weights + optimizer + reference + replica + critic
+    total = runtime + weights + optimizer + reference + replica + critic + reward_model
             + max(generation, evaluation, update)
 
 Per device, for a policy of N parameters (T of them trainable), L layers of hidden size h,
@@ -41,6 +41,11 @@ of one step):
                                     compute copy, the policy's activations without the
                                     vocabulary blocks) runs after the policy's gradients are
                                     freed, so the update phase is the larger of the two
+
+  reward_model    N_rm * b_i        each learned reward (`rm:PATH` in reward.verifier or
+                                    reward.mix_verifier): its weights in the inference dtype
+                                    b_i (model.dtype's: 4 on a CPU, 2 on CUDA); its forward
+                                    passes' activations are not planned
 
   generation (and evaluation, with eval's length and samples): the engine's own memory, in
   b_r (evaluation: b_w when the replica is cast or stale: it decodes the trained weights)
@@ -261,11 +266,13 @@ def estimate(
     world_size: int = 1,
     fsdp: bool = False,
     critic: ModelShape | None = None,
+    reward_model_bytes: float = 0.0,
 ) -> dict[str, float]:
     """Bytes per device of each part, of each phase ("phase_generation", "phase_evaluation",
     "phase_update"), "total" and "peak_phase" (the index of the widest phase in PHASES); the
     module docstring has every formula. `critic`: the value model's shape (`critic_shape`),
-    when algorithm.advantage needs one."""
+    when algorithm.advantage needs one; `reward_model_bytes`: the learned reward models'
+    weights (`rm:PATH` items), held for inference."""
     if precision not in LAYOUTS:
         raise ValueError(f"precision must be one of {', '.join(LAYOUTS)}, got {precision!r}")
     pure16 = precision in ("bf16", "fp16")
@@ -313,6 +320,7 @@ def estimate(
         ),
         **_update(shape, plan, b_a, gradient_checkpointing),
     }
+    parts["reward_model"] = float(reward_model_bytes)
     parts["critic"] = 0.0
     critic_update = 0.0
     if critic is not None:
@@ -489,7 +497,7 @@ def plan_of(
 
 
 PHASES = ("generation", "evaluation", "update")
-RESIDENT = ("runtime", "weights", "optimizer", "reference", "replica", "critic")
+RESIDENT = ("runtime", "weights", "optimizer", "reference", "replica", "critic", "reward_model")
 PHASE_PARTS = {
     "generation": ("kv_cache", "prefill", "weight_copies"),
     "update": ("gradients", "compute_copy", "activations", "backward", "logits"),
@@ -505,8 +513,9 @@ def format_report(shape: ModelShape, parts: dict[str, float], precision: str, no
         ("trainable", _count(shape.trainable_parameters)),
         ("precision", precision),
     ]
-    # the critic's line only with a critic: a GRPO run's table is unchanged
-    rows += [(key, _bytes(parts[key])) for key in RESIDENT if key != "critic" or parts[key]]
+    # the critic's and the reward model's lines only when there is one: other tables unchanged
+    optional = ("critic", "reward_model")
+    rows += [(key, _bytes(parts[key])) for key in RESIDENT if key not in optional or parts[key]]
     for phase in PHASES:
         rows.append((f"{phase} phase", _bytes(parts[f"phase_{phase}"])))
         rows += [(key, _bytes(parts[key])) for key in PHASE_PARTS.get(phase, ())]
