@@ -4,7 +4,7 @@ The update asks its advantage source twice per batch (rlvr.training.update):
 
     advantages, stats = source.estimate(tokens, mask, rewards, group_ids, old_lp, ref_lp)
     ... the policy's optimizer steps ...
-    stats = source.fit(tokens, mask, generator)
+    stats = source.fit(tokens, mask, generator, policy_learner)
 
 `GroupAdvantages` (grpo, dr_grpo, rloo, reinforce_pp...): one advantage per sequence from the
 rewards within each group (the KL folded into the reward first with algorithm.kl_in_reward);
@@ -67,7 +67,11 @@ class AdvantageSource(Protocol):
     ) -> tuple[torch.Tensor, dict[str, float]]: ...
 
     def fit(
-        self, tokens: TokenBatch, mask: torch.Tensor, generator: torch.Generator
+        self,
+        tokens: TokenBatch,
+        mask: torch.Tensor,
+        generator: torch.Generator,
+        policy: Learner,
     ) -> dict[str, float]: ...
 
     @property
@@ -112,9 +116,13 @@ class GroupAdvantages:
         return self.estimator(rewards, group_ids, **estimator_options(self.cfg)), {}
 
     def fit(
-        self, tokens: TokenBatch, mask: torch.Tensor, generator: torch.Generator
+        self,
+        tokens: TokenBatch,
+        mask: torch.Tensor,
+        generator: torch.Generator,
+        policy: Learner,
     ) -> dict[str, float]:
-        return {}
+        return {}  # nothing to train; the policy's gradients stay for whoever reads them
 
     def state_dict(self) -> None:
         return None
@@ -168,11 +176,18 @@ class CriticAdvantages:
         return advantages, stats
 
     def fit(
-        self, tokens: TokenBatch, mask: torch.Tensor, generator: torch.Generator
+        self,
+        tokens: TokenBatch,
+        mask: torch.Tensor,
+        generator: torch.Generator,
+        policy: Learner,
     ) -> dict[str, float]:
         """training.ppo_epochs passes of mini-batches of the value loss over the batch that was
-        estimated last; the critic's statistics, token-weighted over its micro-batches."""
+        estimated last; the critic's statistics, token-weighted over its micro-batches. The
+        `policy` learner's gradients are spent by now: freed first, so the two updates never
+        hold their gradients at once."""
         assert self._batch is not None, "estimate() comes first"
+        policy.optimizer.zero_grad(set_to_none=True)
         old_values, returns = self._batch
         cfg, n = self.cfg, len(tokens)
         mini_batch = cfg.training.mini_batch_size or n

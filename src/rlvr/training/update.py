@@ -325,9 +325,9 @@ def update(
             losses.append(done.loss)
     time_update = time.perf_counter() - t0
     t0 = time.perf_counter()
-    # the policy's gradients are spent: freed before a critic's update allocates its own
-    learner.optimizer.zero_grad(set_to_none=True)
-    source_stats = source.fit(b.tokens, mask, critic_gen if critic_gen is not None else shuffle_gen)
+    source_stats = source.fit(
+        b.tokens, mask, critic_gen if critic_gen is not None else shuffle_gen, learner
+    )
     time_source = time.perf_counter() - t0
     if world.distributed:  # the step's statistics over all ranks' rows
         record = UpdateStats.merge(world.all_gather_object(record))
