@@ -102,3 +102,35 @@ def test_seeded_generator_reproduces_samples():
 def test_out_of_range_sampling_params_name_the_field(params, field):
     with pytest.raises(ValueError, match=f"SamplingParams.{field}"):
         check_sampling_params(params)
+
+
+def test_the_blocked_inverse_cdf_draws_what_the_exact_one_draws():
+    """A cast replica's sampler (`blocked=True`): two levels, float32 probabilities, the same
+    token as the float64 CDF except within rounding of a boundary, and never a token of zero
+    probability (a masked one, a padded block's tail)."""
+    from rlvr.rollout.sampling import CDF_BLOCK, _inverse_cdf, _inverse_cdf_blocked
+
+    gen = torch.Generator().manual_seed(0)
+    vocab = 3 * CDF_BLOCK + 77  # a last block padded
+    logits = torch.randn(32, vocab, generator=gen) * 4
+    logits[:, ::5] = float("-inf")  # masked tokens (top-k / top-p leave -inf)
+    logprobs = logits.log_softmax(dim=-1)
+    same = total = 0
+    for _ in range(100):
+        u = torch.rand(32, dtype=torch.float64, generator=gen)
+        exact, blocked = _inverse_cdf(logprobs, u), _inverse_cdf_blocked(logprobs, u)
+        assert torch.isfinite(logprobs.gather(1, blocked[:, None])).all()
+        same += int((exact == blocked).sum())
+        total += 32
+    assert same >= total - 2
+    # u at the ends: the first and the last token of nonzero mass
+    ends = torch.tensor([0.0, 1.0 - 2**-53] * 16, dtype=torch.float64)
+    for tokens in (_inverse_cdf(logprobs, ends), _inverse_cdf_blocked(logprobs, ends)):
+        assert torch.isfinite(logprobs.gather(1, tokens[:, None])).all()
+    # the engine's switch: sample_next draws the same token either way here, and the exact
+    # path is what every engine whose log-probs are the learner's keeps
+    params = SamplingParams(temperature=1.0, max_new_tokens=1)
+    u = torch.rand(32, dtype=torch.float64, generator=gen)
+    a, lp_a = sample_next(logits, params, uniforms=u)
+    b, lp_b = sample_next(logits, params, uniforms=u, blocked=True)
+    assert int((a == b).sum()) >= 31 and torch.equal(lp_a[a == b], lp_b[a == b])

@@ -39,6 +39,9 @@ class SlotEngine(Protocol):
     @property
     def device(self) -> torch.device: ...
 
+    @property
+    def exact_logprobs(self) -> bool: ...  # False: a cast replica, sampled by the blocked CDF
+
     def slot_cache(self, decoder: LlamaFamilyDecoder, slots: int, max_len: int) -> SlotKVCache: ...
 
     def completion_text(self, completion: torch.Tensor, reason: str) -> str: ...
@@ -338,7 +341,9 @@ class DecodeLoop:
         uniforms = None
         if self.slot_uniforms is not None:
             uniforms = self.slot_uniforms[:width].gather(1, column).squeeze(1)
-        tokens, logprobs = sample_next(logits, sampling, uniforms=uniforms)
+        tokens, logprobs = sample_next(
+            logits, sampling, uniforms=uniforms, blocked=not engine.exact_logprobs
+        )
         self.tokens[:width].scatter_(1, column, tokens.unsqueeze(-1))
         self.token_logprobs[:width].scatter_(1, column, logprobs.unsqueeze(-1))
         if self.token_versions is not None and self.logits_version is not None:
