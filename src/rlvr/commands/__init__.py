@@ -189,3 +189,65 @@ def resume_dir(args: argparse.Namespace) -> str | None:
             f"--resume {args.resume} and --output-dir {args.output_dir}: name one run directory"
         )
     return args.resume or args.output_dir
+
+
+def run_job(
+    args: argparse.Namespace,
+    *,
+    prefix: str,
+    schema: type,
+    job: Callable[..., dict[str, Any]],
+    check: Callable[[Any], None] = lambda _cfg: None,
+) -> int:
+    """What `rlvr sft` and `rlvr rm` do with their arguments: the run directory (a fresh one
+    checked, --resume RUN_DIR with the run's own config.yaml, --overwrite cleared only once every
+    check passed), the config of `schema` loaded and checked (`check(cfg)`, the metric sinks,
+    the model path) before anything is created, then `job(cfg, run_dir, log=, progress=,
+    resume=, allow_config_change=)`; exit 128 + signal when interrupted."""
+    import time
+    from pathlib import Path
+
+    from rlvr.config import load_config
+    from rlvr.models.loading import resolve_model_path
+    from rlvr.observe.loggers import check_available
+    from rlvr.runs.run import TrainingInterrupted
+    from rlvr.runs.run_dir import check_run_dir, create_run_dir
+
+    resuming = resume_dir(args)
+    if args.resume is not None:
+        if not resuming:
+            raise UserError("--resume: name the run directory: --resume RUN_DIR")
+        if args.overwrite:
+            raise UserError("--resume and --overwrite: choose one")
+        run_dir = Path(resuming)
+        config = args.config or run_dir / "config.yaml"
+        if not Path(config).is_file():
+            raise UserError(f"--resume: {run_dir / 'config.yaml'} not found (not a run directory)")
+    else:
+        config = args.config
+        run_dir = check_run_dir(
+            args.output_dir or str(Path("runs") / time.strftime(f"{prefix}-%Y%m%d-%H%M%S")),
+            args.overwrite,
+        )
+    cfg = load_config(config, args.overrides, schema=schema)
+    check(cfg)
+    check_available(cfg.logging.report_to)
+    resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
+    if args.overwrite:  # otherwise the job creates the directory once its input checks pass
+        create_run_dir(run_dir)
+
+    log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    try:
+        summary = job(
+            cfg,
+            run_dir,
+            log=log,
+            progress=not args.quiet,
+            resume=args.resume is not None,
+            allow_config_change=args.allow_config_change,
+        )
+    except TrainingInterrupted as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        return 128 + e.signum
+    log(f"run directory: {run_dir}  ({summary['steps']} steps, {summary['wall_seconds']:.0f} s)")
+    return 0

@@ -143,15 +143,10 @@ def _reward_model_bytes(cfg: Any, device: str) -> float:
     """The weights of every learned reward (`rm:PATH` items of reward.verifier and
     reward.mix_verifier), counted on the meta device from each model's config, in the dtype the
     trainer loads them in (model.dtype's inference dtype)."""
-    from rlvr.rewards.spec import LEARNED_PREFIX
+    from rlvr.rewards.spec import learned_items
 
     specs = [s for s in (cfg.reward.verifier, cfg.reward.mix_verifier) if isinstance(s, str)]
-    paths = []
-    for item in (part.strip() for spec in specs for part in spec.split(",")):
-        if item.startswith(LEARNED_PREFIX):
-            target = item[len(LEARNED_PREFIX) :]
-            head, sep, last = target.rpartition(":")
-            paths.append(head if sep and _is_number(last) else target)
+    paths = [path for spec in specs for path, _weight in learned_items(spec)]
     if not paths:
         return 0.0
     import torch
@@ -173,14 +168,6 @@ def _reward_model_bytes(cfg: Any, device: str) -> float:
             model = AutoModelForSequenceClassification.from_config(config)
         total += sum(p.numel() for p in model.parameters()) * size
     return total
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 FALLBACK_PROMPT_TOKENS = 512

@@ -22,19 +22,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 from rlvr.commands import (
     add_config_help,
     add_run_arguments,
     config_listing,
-    resume_dir,
+    run_job,
     standalone_main,
     terminal_text,
 )
-from rlvr.errors import UserError
 from rlvr.reward_model.config import RMConfig
 
 
@@ -60,50 +57,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.config import load_config
-    from rlvr.models.loading import resolve_model_path
-    from rlvr.observe.loggers import check_available
     from rlvr.reward_model.trainer import run_rm
-    from rlvr.runs.run import TrainingInterrupted
-    from rlvr.runs.run_dir import check_run_dir, create_run_dir
 
-    resuming = resume_dir(args)
-    if args.resume is not None:
-        if not resuming:
-            raise UserError("--resume: name the run directory: --resume RUN_DIR")
-        if args.overwrite:
-            raise UserError("--resume and --overwrite: choose one")
-        run_dir = Path(resuming)
-        config = args.config or run_dir / "config.yaml"
-        if not Path(config).is_file():
-            raise UserError(f"--resume: {run_dir / 'config.yaml'} not found (not a run directory)")
-    else:
-        config = args.config
-        run_dir = check_run_dir(
-            args.output_dir or str(Path("runs") / time.strftime("rm-%Y%m%d-%H%M%S")),
-            args.overwrite,
-        )
-    cfg = load_config(config, args.overrides, schema=RMConfig)
-    check_available(cfg.logging.report_to)
-    resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
-    if args.overwrite:  # otherwise run_rm creates the directory once its input checks pass
-        create_run_dir(run_dir)
-
-    log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    try:
-        summary = run_rm(
-            cfg,
-            run_dir,
-            log=log,
-            progress=not args.quiet,
-            resume=args.resume is not None,
-            allow_config_change=args.allow_config_change,
-        )
-    except TrainingInterrupted as e:
-        print(f"rlvr: {e}", file=sys.stderr)
-        return 128 + e.signum
-    log(f"run directory: {run_dir}  ({summary['steps']} steps, {summary['wall_seconds']:.0f} s)")
-    return 0
+    return run_job(args, prefix="rm", schema=RMConfig, job=run_rm)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 from rlvr.commands import (
     add_config_help,
     add_run_arguments,
     config_listing,
-    resume_dir,
+    run_job,
     standalone_main,
     terminal_text,
 )
-from rlvr.errors import UserError
 from rlvr.sft.trainer import SFTConfig
 
 
@@ -57,53 +54,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.config import load_config
-    from rlvr.models.loading import resolve_model_path
-    from rlvr.observe.loggers import check_available
     from rlvr.rewards.compose import build_verifier
-    from rlvr.runs.run_dir import check_run_dir, create_run_dir
-    from rlvr.sft.trainer import SFTConfig, run_sft
+    from rlvr.sft.trainer import run_sft
 
-    resuming = resume_dir(args)
-    if args.resume is not None:
-        if not resuming:
-            raise UserError("--resume: name the run directory: --resume RUN_DIR")
-        if args.overwrite:
-            raise UserError("--resume and --overwrite: choose one")
-        run_dir = Path(resuming)
-        config = args.config or run_dir / "config.yaml"
-        if not Path(config).is_file():
-            raise UserError(f"--resume: {run_dir / 'config.yaml'} not found (not a run directory)")
-    else:
-        config = args.config
-        run_dir = check_run_dir(
-            args.output_dir or str(Path("runs") / time.strftime("sft-%Y%m%d-%H%M%S")),
-            args.overwrite,
-        )
-    cfg = load_config(config, args.overrides, schema=SFTConfig)
-    build_verifier(cfg.reward.verifier)
-    check_available(cfg.logging.report_to)
-    resolve_model_path(cfg.model.name_or_path, cfg.model.gguf_file)
-    if args.overwrite:  # otherwise run_sft creates the directory once its input checks pass
-        create_run_dir(run_dir)
+    def check(cfg: Any) -> None:
+        build_verifier(cfg.reward.verifier)  # held-out accuracy's verifier, before any model
 
-    log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    from rlvr.runs.run import TrainingInterrupted
-
-    try:
-        summary = run_sft(
-            cfg,
-            run_dir,
-            log=log,
-            progress=not args.quiet,
-            resume=args.resume is not None,
-            allow_config_change=args.allow_config_change,
-        )
-    except TrainingInterrupted as e:
-        print(f"rlvr: {e}", file=sys.stderr)
-        return 128 + e.signum
-    log(f"run directory: {run_dir}  ({summary['steps']} steps, {summary['wall_seconds']:.0f} s)")
-    return 0
+    return run_job(args, prefix="sft", schema=SFTConfig, job=run_sft, check=check)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,17 +36,25 @@ def absolute_spec(spec: str) -> str:
     return ",".join(items)
 
 
+def learned_items(spec: str) -> list[tuple[str, str]]:
+    """(directory, weight suffix) of each 'rm:PATH[:WEIGHT]' item of a spec string, in order
+    (the suffix ':WEIGHT' as written, or '')."""
+    out = []
+    for item in (part.strip() for part in spec.split(",")):
+        if item.startswith(LEARNED_PREFIX):
+            target = item[len(LEARNED_PREFIX) :]
+            head, sep, last = target.rpartition(":")
+            out.append((head, sep + last) if sep and is_number(last) else (target, ""))
+    return out
+
+
 def absolute_learned(spec: str) -> str:
     """Make the relative directories of 'rm:PATH[:WEIGHT]' items absolute where they exist (a
     hub id is left as written), so a run's recorded config resumes from anywhere."""
     items = []
     for item in spec.split(","):
         lead, body = item[: len(item) - len(item.lstrip())], item.strip()
-        if body.startswith(LEARNED_PREFIX):
-            target, weight = body[len(LEARNED_PREFIX) :], ""
-            head, sep, last = target.rpartition(":")
-            if sep and _is_number(last):
-                target, weight = head, sep + last
+        for target, weight in learned_items(body):
             path = Path(target).expanduser()
             if not path.is_absolute() and path.exists():
                 item = lead + LEARNED_PREFIX + str(path.resolve()) + weight
@@ -54,7 +62,8 @@ def absolute_learned(spec: str) -> str:
     return ",".join(items)
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
+    """Whether `text` parses as a float (a spec item's weight)."""
     try:
         float(text)
     except ValueError:

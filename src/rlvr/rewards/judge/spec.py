@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from rlvr.errors import ConfigError
+from rlvr.rewards.spec import is_number
 
 JUDGE_PREFIX = "judge:"
 SERVED = "serve"  # judge:serve, the judge rlvr train serves (reward.judge_serve)
@@ -74,14 +75,6 @@ def is_judge(item: Any) -> bool:
     return isinstance(item, str) and item.strip().startswith(JUDGE_PREFIX)
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def _ends_in_port_path_or_fragment(target: str) -> bool:
     """Whether `target` (after `judge:`) is a URL that a `:NUMBER` after it cannot extend: one
     with a port, a path or a fragment already (or judge:serve)."""
@@ -97,7 +90,7 @@ def split_judge_weight(item: str) -> tuple[str, float]:
     """(judge spec item, weight) of `item` (module docstring: a port is never a weight)."""
     item = item.strip()
     head, sep, last = item.rpartition(":")
-    if sep and _is_number(last) and _ends_in_port_path_or_fragment(head[len(JUDGE_PREFIX) :]):
+    if sep and is_number(last) and _ends_in_port_path_or_fragment(head[len(JUDGE_PREFIX) :]):
         return head.strip(), float(last)
     return item, 1.0
 
