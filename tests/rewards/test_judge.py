@@ -569,3 +569,16 @@ def test_rlvr_verify_scores_a_file_with_a_judge(stub, tmp_path, capsys, workers)
     assert [r["reward"] for r in got] == [pytest.approx(0.9), pytest.approx(0.1)]
     assert got[0]["detail"] == "SCORE: 9"
     assert "failures=0" in capsys.readouterr().err
+
+
+def test_rlvr_sample_scores_with_a_judge_and_the_configs_judge_settings(stub, tmp_path):
+    """Rejection sampling by an LLM judge: reward.judge_* reach the judge items of the spec
+    (judge_max_score=2: an answer of 1 is a reward of 0.5, not the default scale's 0.1)."""
+    s = stub(lambda h, body: send(h, chat("SCORE: 1")))
+    out = tmp_path / "sample"
+    args = ["sample", "sampling.num_prompts=2", "sampling.k=2", "sampling.max_new_tokens=4"]
+    args += [f"reward.verifier=judge:{s.url}", "reward.judge_max_score=2"]
+    assert main([*args, "reward.judge_timeout_s=5", "--output-dir", str(out), "--quiet"]) == 0
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and 1 <= len(s.requests) <= 4  # identical requests answered once
+    assert all(r["reward"] == pytest.approx(0.5) for r in rows), rows

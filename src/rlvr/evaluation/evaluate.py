@@ -385,10 +385,11 @@ def evaluate_config(
     from rlvr.errors import ConfigError
     from rlvr.models.loading import resolve_device
     from rlvr.rewards.compose import build_verifier
+    from rlvr.rewards.judge.spec import configured_spec
     from rlvr.runs.policy import build_policy, build_rollout_engine
     from rlvr.runs.task import build_run_task
 
-    verifier = build_verifier(cfg.reward.verifier)
+    verifier = build_verifier(configured_spec(cfg.reward))  # a judge's reward.judge_*
     task = build_run_task(cfg, verifier)
     weights_only = replace(
         cfg,

@@ -242,12 +242,14 @@ def sample_and_score(
     )
     from rlvr.observe.metrics import Progress
     from rlvr.rewards.compose import build_verifier
+    from rlvr.rewards.judge.spec import configured_spec
     from rlvr.rewards.pool import VerifierPool
     from rlvr.rewards.scoring import Scorer
     from rlvr.rollout import SamplingParams, build_engine
 
     s = cfg.sampling
-    verifier = build_verifier(cfg.reward.verifier)
+    spec = configured_spec(cfg.reward)  # an LLM judge's reward.judge_* settings in its item
+    verifier = build_verifier(spec)
     task = build_task(cfg.data, verifier)
     device = resolve_device(cfg.model.device)
     dtype = resolve_dtype(cfg.model.dtype, device)
@@ -276,7 +278,7 @@ def sample_and_score(
     )
     generator = torch.Generator(device=device).manual_seed(s.seed)
     pool = (
-        VerifierPool(cfg.reward.verifier, cfg.reward.workers, cfg.reward.timeout_s)
+        VerifierPool(spec, cfg.reward.workers, cfg.reward.timeout_s)
         if cfg.reward.workers > 0
         else None
     )

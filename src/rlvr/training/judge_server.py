@@ -30,8 +30,8 @@ from rlvr.rewards.judge import judge_answers, judge_from_spec
 from rlvr.rewards.judge.spec import (
     JUDGE_PREFIX,
     SERVED,
-    SETTING_KEYS,
     is_judge,
+    judge_settings,
     split_judge_weight,
     with_settings,
 )
@@ -58,15 +58,6 @@ def _items(spec: Any) -> list[str]:
 def _served(item: str) -> bool:
     target = item[len(JUDGE_PREFIX) :]
     return target == SERVED or target.startswith(SERVED + "#")
-
-
-def judge_settings(reward: Any) -> dict[str, Any]:
-    """The `reward.judge_*` values by setting name (`model`, `timeout_s`, ...)."""
-    return {
-        key: getattr(reward, f"judge_{key}")
-        for key in SETTING_KEYS
-        if hasattr(reward, f"judge_{key}")
-    }
 
 
 class Judges:

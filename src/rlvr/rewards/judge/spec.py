@@ -181,6 +181,23 @@ def _encode(value: Any) -> str:
     return quote(text, safe="").replace(".", "%2E")
 
 
+def judge_settings(reward: Any) -> dict[str, Any]:
+    """The `reward.judge_*` values of a reward config section by setting name (`model`,
+    `timeout_s`, ...)."""
+    return {
+        key: getattr(reward, f"judge_{key}")
+        for key in SETTING_KEYS
+        if hasattr(reward, f"judge_{key}")
+    }
+
+
+def configured_spec(reward: Any) -> Any:
+    """`reward.verifier` with the section's `reward.judge_*` settings in each judge item (what
+    `rlvr sample` and held-out evaluation build their verifier from; `judge:serve` needs the
+    trainer's server: rlvr.training.judge_server)."""
+    return with_settings(reward.verifier, judge_settings(reward))
+
+
 def with_settings(
     spec: Any, defaults: Mapping[str, Any], served_url: str | None = None, base: Path | None = None
 ) -> Any:
