@@ -29,30 +29,27 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_smollm2 import GGUF, smollm2_dir  # noqa: E402
-from memory import estimate_of, peak_of_train  # noqa: E402
+from check_smollm2 import smollm2_dir  # noqa: E402
+from memory import configs, estimate_of, peak_of_train  # noqa: E402
 
 PPO = {"algorithm": {"advantage": "gae"}}
 KEYS = ("accuracy", "pass1_t1", "reasoning_fraction")
 
 
 def smollm2_config(model_dir: Path) -> dict:
-    return {
-        "model": {"name_or_path": str(model_dir), "gguf_file": GGUF, "dtype": "float32"},
-        "data": {
-            "task": "gym",
-            "gym_name": "word_sequence_reversal",
-            "gym_config": ["min_words=2", "max_words=3"],
-            "fewshot": 3,
+    """benchmarks/memory.py's SmolLM2 configuration, at 4 prompts x 8 for 2 steps, no
+    evaluation and no final save: what the memory comparison needs."""
+    smol = configs(model_dir)["smollm2"]
+    assert smol is not None
+    return merged(
+        smol,
+        {
+            "rollout": {"prompts_per_step": 4},
+            "training": {"steps": 2},
+            "eval": {"size": 0},
+            "checkpoint": {"save_final": False},
         },
-        "reward": {"verifier": "gym"},
-        "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 48},
-        "optimizer": {"lr": 2.0e-6},
-        "training": {"steps": 2},
-        "eval": {"size": 0},
-        "logging": {"samples_every": 0},
-        "checkpoint": {"save_final": False},
-    }
+    )
 
 
 def merged(base: dict, extra: dict) -> dict:
