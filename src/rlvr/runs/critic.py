@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
-
 from rlvr.config import Config
 from rlvr.distributed.world import World
 from rlvr.errors import ConfigError
@@ -78,9 +76,3 @@ def _check_tokenizer(path: str, trust_remote_code: bool, tokenizer: object) -> N
             "(model.name_or_path); the critic reads the policy's token ids, so it needs the "
             "same tokenizer"
         )
-
-
-def critic_parameters(model: torch.nn.Module) -> tuple[int, int]:
-    """(trainable, total) parameter counts of a value model."""
-    params = list(model.parameters())
-    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
